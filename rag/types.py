@@ -1,0 +1,196 @@
+"""Domain types shared by ingestion, the query path, the trace store and the UI.
+
+Every type is a frozen dataclass: stages return new values instead of mutating their inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from datetime import date
+
+PUBLIC_GROUP = "*"  # the access group that means "every signed-in user"
+FAR_FUTURE = date(9999, 12, 31)
+FAR_PAST = date(1, 1, 1)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking. Access control is a required argument of every retrieval call."""
+
+    user: str
+    groups: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.user or not self.user.strip():
+            from rag.errors import AccessError
+
+            raise AccessError("A user name is required to search.", hint="Pass --user NAME.")
+
+    @property
+    def readable_groups(self) -> frozenset[str]:
+        return self.groups | {PUBLIC_GROUP}
+
+
+@dataclass(frozen=True)
+class DocumentMeta:
+    """Per-document metadata, set by a sidecar ``<file>.meta.json`` or a JSONL record's ``metadata``."""
+
+    title: str
+    groups: tuple[str, ...] = (PUBLIC_GROUP,)
+    effective: date | None = None
+    expires: date | None = None
+    tags: tuple[str, ...] = ()
+
+    def readable_by(self, principal: Principal) -> bool:
+        return bool(set(self.groups) & principal.readable_groups)
+
+    def valid_on(self, day: date) -> bool:
+        return (self.effective or FAR_PAST) <= day <= (self.expires or FAR_FUTURE)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One indexed passage. ``chunk_id`` derives from the document id and the chunk's content."""
+
+    chunk_id: str
+    doc_id: str
+    text: str
+    source: str  # file path (or JSONL path#id) it came from
+    title: str
+    section: str  # section path, "Travel > Reimbursement > Local travel"
+    page: int | None  # first page (1-based) for PDFs, None otherwise
+    page_end: int | None
+    ordinal: int  # position within the document, 0-based
+    prev_id: str | None
+    next_id: str | None
+    groups: tuple[str, ...]
+    effective: date | None
+    expires: date | None
+    tags: tuple[str, ...]
+    doc_version: str  # content hash of the document this chunk came from
+    n_tokens: int
+
+    @property
+    def meta(self) -> DocumentMeta:
+        return DocumentMeta(self.title, self.groups, self.effective, self.expires, self.tags)
+
+
+def chunk_id_for(doc_id: str, text: str, occurrence: int = 0) -> str:
+    """Content-derived id: same document + same text (+ same repeat index) -> same id."""
+    digest = hashlib.sha256(f"{doc_id}\x00{occurrence}\x00{text}".encode()).hexdigest()
+    return digest[:24]
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Everything that restricts what retrieval may see. Built once per request from the principal."""
+
+    principal: Principal
+    as_of: date
+    tags: frozenset[str] = frozenset()
+
+    def allows(self, chunk: Chunk) -> bool:
+        """The Python twin of the store-side filter; used to re-check every chunk added after retrieval."""
+        if not chunk.meta.readable_by(self.principal) or not chunk.meta.valid_on(self.as_of):
+            return False
+        return not self.tags or not chunk.tags or bool(self.tags & set(chunk.tags))
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One retrieval intent of a (possibly compound) question."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A retrieved chunk with every score it collected on its way through the query path."""
+
+    chunk: Chunk
+    bm25_rank: int | None = None  # 1-based; None when the lexical leg did not return it
+    bm25_score: float | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    fused_score: float = 0.0
+    fused_rank: int | None = None
+    intents: tuple[int, ...] = ()
+    rerank_score: float | None = None
+    rerank_rank: int | None = None
+    hop: int = 0  # 0 = first retrieval, 1.. = follow-up hops
+    added_by: str | None = None  # None = retrieved; else why it was added (bundling, neighbour, hop)
+
+    @property
+    def chunk_id(self) -> str:
+        return self.chunk.chunk_id
+
+    def with_(self, **changes: object) -> Candidate:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    chunk_id: str
+    reason: str  # e.g. "near_duplicate_of:<id>", "over_budget", "below_threshold"
+    stage: str
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Passages that travel together; members keep document order."""
+
+    bundle_id: int
+    members: tuple[Candidate, ...]
+    reason: str  # "single", "rule_exception", "cross_reference", "continuation", "chain"
+    score: float  # the best member's rerank score: a bundle ranks by its strongest passage
+
+    @property
+    def chunk_ids(self) -> tuple[str, ...]:
+        return tuple(m.chunk_id for m in self.members)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One passage at its final position n (1-based) as the model sees it."""
+
+    n: int
+    candidate: Candidate
+    bundle_id: int
+
+
+@dataclass(frozen=True)
+class Citation:
+    n: int
+    chunk_id: str | None  # None when [n] does not exist in the evidence
+    valid: bool
+    supported: bool
+    sentence: str
+    support_score: float
+
+
+@dataclass(frozen=True)
+class Prompt:
+    system: str
+    user: str
+    evidence_map: tuple[tuple[int, str], ...]  # (n, chunk_id)
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class Generated:
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class StageRecord:
+    """What the runner recorded for one stage: timing plus a JSON-able summary of its output."""
+
+    name: str
+    ms: float
+    detail: dict[str, object] = field(default_factory=dict)
