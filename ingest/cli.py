@@ -1,0 +1,62 @@
+"""``rag ingest`` / ``python -m ingest``: one result line per file, a progress bar on long runs, ``--json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ingest.indexer import ingest
+from rag.config import Settings
+
+STATUS_STYLE = {"indexed": "green", "unchanged": "dim", "removed": "yellow", "failed": "bold red"}
+
+
+def run_ingest(paths: Sequence[str], settings: Settings, *, prune: bool = False, as_json: bool = False) -> int:
+    """Run ingestion and print its report. Returns the exit status: 1 when any file failed."""
+    err = Console(stderr=True)
+    show_progress = not as_json and err.is_terminal
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not show_progress,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task({"read": "Reading files", "embed": "Embedding chunks"}.get(phase, phase), total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        report = ingest(paths, settings, prune=prune, progress=progress)
+
+    if as_json:
+        print(json.dumps(report.to_json()))
+    else:
+        out = Console()
+        for f in report.files:
+            style = STATUS_STYLE.get(f.status, "")
+            detail = f" ({f.reason}: {f.message})" if f.status == "failed" else f" {f.chunks} chunks"
+            out.print(f"[{style}]{f.status:9s}[/] {f.path}{detail}", highlight=False)
+        t = report.totals
+        out.print(
+            f"{t['indexed']} indexed, {t['unchanged']} unchanged, {t['removed']} removed, {t['failed']} failed; "
+            f"{report.embedded} chunks embedded; index {report.generation or '-'} holds {report.index_chunks} chunks "
+            f"({report.seconds:.1f}s)",
+            highlight=False,
+        )
+    return 0 if report.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m ingest`` runs the same command as ``rag ingest``."""
+    from rag.cli import app
+
+    app(["ingest", *(sys.argv[1:] if argv is None else argv)], prog_name="python -m ingest")

@@ -1,0 +1,405 @@
+"""Ingestion: files -> chunks -> the next index generation, published atomically.
+
+Re-running is safe and cheap: a file whose bytes (and sidecar) are unchanged is not parsed again, a chunk
+whose text was embedded before is not embedded again (embedding cache), and a run that changes nothing writes
+nothing. One ingestion runs at a time (a lock file); readers keep serving the published generation meanwhile.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ingest.chunking import chunk_document
+from ingest.sources import SourceDocument, discover, file_version, load_file
+from rag.config import Settings
+from rag.embedder import Embedder, load_embedder, passage_text
+from rag.errors import IngestError, IngestFileError
+from rag.index import (
+    COLLECTION,
+    DENSE,
+    GENERATIONS,
+    ChunkArchive,
+    Manifest,
+    chunk_payload,
+    current_generation,
+    generation_dir,
+    index_root,
+    load_chunks,
+    point_id,
+    publish,
+    save_chunks,
+)
+from rag.lexical import BM25Index
+from rag.text import bm25_tokens
+from rag.types import Chunk
+
+KEEP_GENERATIONS = 3
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # indexed | unchanged | removed | failed
+    reason: str | None = None
+    chunks: int = 0
+    message: str | None = None
+
+
+@dataclass
+class IngestReport:
+    files: list[FileResult] = field(default_factory=list)
+    generation: str | None = None
+    published: bool = False
+    embedded: int = 0
+    index_chunks: int = 0
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    pages: int = 0
+
+    @property
+    def totals(self) -> dict[str, int]:
+        totals = {"indexed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+        for f in self.files:
+            totals[f.status] += 1
+        totals["chunks"] = sum(f.chunks for f in self.files if f.status in ("indexed", "unchanged"))
+        return totals
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.status == "failed" for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": [
+                {"path": f.path, "status": f.status, "reason": f.reason, "chunks": f.chunks, "message": f.message}
+                for f in self.files
+            ],
+            "totals": self.totals,
+            "generation": self.generation,
+            "published": self.published,
+            "embedded": self.embedded,
+            "index_chunks": self.index_chunks,
+            "seconds": round(self.seconds, 3),
+            "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
+            "pages": self.pages,
+        }
+
+
+class EmbeddingCache:
+    """Vectors by (model, text): a re-run after a crash or a re-chunk embeds only what is new."""
+
+    def __init__(self, data_dir: Path, model: str) -> None:
+        self.path = Path(data_dir) / "embeddings.sqlite"
+        self.model = model
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=60)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB)")
+
+    def key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model}\x00{text}".encode()).hexdigest()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for key, blob in self.conn.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", part):
+                out[key] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items],
+            )
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextmanager
+def ingest_lock(data_dir: Path, wait_s: float = 600.0) -> Iterator[None]:
+    """One writer at a time. The OS releases the lock if the process dies (kill -9 included)."""
+    root = index_root(data_dir)
+    (root / GENERATIONS).mkdir(parents=True, exist_ok=True)
+    with open(root / "ingest.lock", "w") as fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise IngestError(
+                        "Another ingestion is still running on this data directory.",
+                        hint="Wait for it to finish, or check for a stuck `rag ingest` process.",
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _empty_manifest(model: str, dim: int) -> Manifest:
+    return Manifest(generation="", created_at="", embedding_model=model, dim=dim, documents={}, sources={})
+
+
+def _next_generation_name(data_dir: Path) -> str:
+    folder = index_root(data_dir) / GENERATIONS
+    numbers = [int(p.name.split("-")[1]) for p in folder.glob("gen-*") if p.name.split("-")[1].isdigit()]
+    return f"gen-{max(numbers, default=0) + 1:06d}"
+
+
+def _clean_stale(data_dir: Path) -> None:
+    """Remove half-built generations left by a crashed run (we hold the lock, so none is in progress)."""
+    for tmp in (index_root(data_dir) / GENERATIONS).glob(".tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for tmp in index_root(data_dir).glob("CURRENT.tmp-*"):
+        tmp.unlink(missing_ok=True)
+
+
+def _collect_garbage(data_dir: Path, keep: int = KEEP_GENERATIONS) -> None:
+    folder = index_root(data_dir) / GENERATIONS
+    current = current_generation(data_dir)
+    gens = sorted(p for p in folder.glob("gen-*") if p.is_dir())
+    for old in gens[:-keep]:
+        if old.name != current:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _doc_entry(doc: SourceDocument, chunks: Sequence[Chunk]) -> dict[str, Any]:
+    return {
+        "source": doc.source,
+        "version": doc.version,
+        "fmt": doc.fmt,
+        "title": doc.meta.title,
+        "groups": list(doc.meta.groups),
+        "effective": doc.meta.effective.isoformat() if doc.meta.effective else None,
+        "expires": doc.meta.expires.isoformat() if doc.meta.expires else None,
+        "tags": list(doc.meta.tags),
+        "pages": sum(1 for p in doc.pages if p.number is not None),
+        "chunk_ids": [c.chunk_id for c in chunks],
+    }
+
+
+ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+def ingest(
+    paths: Sequence[str],
+    settings: Settings,
+    *,
+    prune: bool = False,
+    embedder: Embedder | None = None,
+    progress: ProgressFn | None = None,
+) -> IngestReport:
+    """Ingest files, folders and globs; publish a new generation only when something changed."""
+    started = time.perf_counter()
+    report = IngestReport()
+    data_dir = Path(settings.data_dir)
+    with ingest_lock(data_dir):
+        _clean_stale(data_dir)
+        current_name = current_generation(data_dir)
+        manifest = Manifest.load(generation_dir(data_dir, current_name)) if current_name else None
+        model_name = settings.embedding_model
+        if manifest and manifest.embedding_model != model_name:
+            raise IngestError(
+                f"The index was built with embedding model {manifest.embedding_model!r}, not {model_name!r}.",
+                hint="Use a fresh --data-dir for a different embedding model.",
+            )
+        old_docs = dict(manifest.documents) if manifest else {}
+        old_sources = dict(manifest.sources) if manifest else {}
+
+        new_docs: dict[str, tuple[SourceDocument, list[Chunk]]] = {}
+        removed_docs: set[str] = set()
+        new_sources: dict[str, dict[str, Any]] = dict(old_sources)
+
+        # 1. read and chunk what changed
+        t = time.perf_counter()
+        files = discover(paths)
+        if not files and not prune:
+            raise IngestError(f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl")
+        for i, path in enumerate(files):
+            if progress:
+                progress("read", i, len(files))
+            source = str(path.resolve())
+            try:
+                version = file_version(path)
+            except OSError as exc:
+                report.files.append(FileResult(source, "failed", "unreadable", message=str(exc)))
+                continue
+            known = old_sources.get(source)
+            if known and known["version"] == version:
+                n = sum(len(old_docs[d]["chunk_ids"]) for d in known["doc_ids"] if d in old_docs)
+                report.files.append(FileResult(source, "unchanged", chunks=n))
+                continue
+            try:
+                docs = load_file(path, settings)
+                chunked = [(doc, chunk_document(doc, settings)) for doc in docs]
+            except IngestFileError as exc:
+                report.files.append(FileResult(source, "failed", exc.reason, message=str(exc)))
+                continue
+            except Exception as exc:  # one bad file never stops the batch
+                report.files.append(FileResult(source, "failed", "unreadable", message=f"{type(exc).__name__}: {exc}"))
+                continue
+            if not any(chunks for _, chunks in chunked):
+                report.files.append(FileResult(source, "failed", "no_text", message="No text could be extracted."))
+                continue
+            for doc, chunks in chunked:
+                if chunks:
+                    new_docs[doc.doc_id] = (doc, chunks)
+                    report.pages += sum(1 for p in doc.pages if p.number is not None)
+            ids = [doc.doc_id for doc, chunks in chunked if chunks]
+            if known:  # documents that were in this file before but are not any more
+                removed_docs.update(d for d in known["doc_ids"] if d not in ids)
+            new_sources[source] = {"version": version, "doc_ids": ids}
+            report.files.append(FileResult(source, "indexed", chunks=sum(len(c) for _, c in chunked)))
+        report.timings["read_chunk"] = time.perf_counter() - t
+
+        if prune:
+            for source, entry in old_sources.items():
+                if not Path(source).exists():
+                    removed_docs.update(entry["doc_ids"])
+                    new_sources.pop(source, None)
+                    n = sum(len(old_docs[d]["chunk_ids"]) for d in entry["doc_ids"] if d in old_docs)
+                    report.files.append(FileResult(source, "removed", chunks=n))
+
+        # unchanged documents need nothing; a run that changes nothing writes nothing
+        changed = {d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)}
+        removed_docs -= set(new_docs)
+        if not changed and not removed_docs:
+            report.generation = current_name
+            report.index_chunks = manifest.n_chunks if manifest else 0
+            report.seconds = time.perf_counter() - started
+            return report
+
+        # 2. embed new chunks (cached by text)
+        t = time.perf_counter()
+        embed_chunks = [c for d in changed for c in new_docs[d][1]]
+        emb = embedder or load_embedder(model_name, settings.embed_batch_size)
+        cache = EmbeddingCache(data_dir, model_name)
+        try:
+            texts = [passage_text(c.title, c.section, c.text) for c in embed_chunks]
+            keys = [cache.key(x) for x in texts]
+            vectors = cache.get_many(keys)
+            missing = [i for i, k in enumerate(keys) if k not in vectors]
+            batch = max(8, settings.embed_batch_size * 4)
+            for start in range(0, len(missing), batch):
+                if progress:
+                    progress("embed", start, len(missing))
+                part = missing[start : start + batch]
+                out = emb.embed_passages([texts[i] for i in part])
+                items = [(keys[i], out[j]) for j, i in enumerate(part)]
+                cache.put_many(items)
+                vectors.update(items)
+            report.embedded = len(missing)
+        finally:
+            cache.close()
+        report.timings["embed"] = time.perf_counter() - t
+
+        # 3. build the next generation beside the published one
+        t = time.perf_counter()
+        name = _next_generation_name(data_dir)
+        tmp = index_root(data_dir) / GENERATIONS / f".tmp-{name}-{os.getpid()}"
+        tmp.mkdir(parents=True)
+        old_chunks: list[Chunk] = []
+        old_tokens: list[list[str]] = []
+        if current_name:
+            old_chunks, old_tokens = load_chunks(generation_dir(data_dir, current_name))
+        drop_docs = changed | removed_docs
+        kept = [(c, tok) for c, tok in zip(old_chunks, old_tokens, strict=True) if c.doc_id not in drop_docs]
+        added = [(c, bm25_tokens(passage_text(c.title, c.section, c.text))) for c in embed_chunks]
+        all_pairs = kept + added
+        all_chunks = [c for c, _ in all_pairs]
+        all_tokens = [tok for _, tok in all_pairs]
+
+        _write_dense(
+            tmp,
+            previous=generation_dir(data_dir, current_name) if current_name else None,
+            delete=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
+            upsert=[(c, vectors[cache.key(passage_text(c.title, c.section, c.text))]) for c in embed_chunks],
+            dim=emb.dim,
+        )
+        BM25Index.build(all_tokens).save(tmp)
+        save_chunks(tmp, all_chunks, all_tokens)
+        documents = {d: e for d, e in old_docs.items() if d not in drop_docs}
+        for doc_id in changed:
+            doc, chunks = new_docs[doc_id]
+            documents[doc_id] = _doc_entry(doc, chunks)
+        new_manifest = Manifest(
+            generation=name,
+            created_at=datetime.now(UTC).isoformat(),
+            embedding_model=model_name,
+            dim=emb.dim,
+            documents=documents,
+            sources={s: e for s, e in new_sources.items() if any(d in documents for d in e["doc_ids"])},
+        )
+        (tmp / "manifest.json").write_text(new_manifest.to_json())
+        (tmp / "ingest-report.json").write_text(json.dumps([asdict(f) for f in report.files], indent=1))
+        ChunkArchive(data_dir).add(embed_chunks)
+        report.timings["build"] = time.perf_counter() - t
+
+        # 4. publish atomically, then drop old generations
+        publish(data_dir, tmp, name)
+        _collect_garbage(data_dir)
+        report.generation = name
+        report.published = True
+        report.index_chunks = len(all_chunks)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _write_dense(
+    folder: Path,
+    *,
+    previous: Path | None,
+    delete: Sequence[str],
+    upsert: Sequence[tuple[Chunk, np.ndarray]],
+    dim: int,
+) -> None:
+    """Copy the previous generation's embedded Qdrant store and apply the changes (or start a new one)."""
+    from qdrant_client import QdrantClient, models
+
+    target = folder / "qdrant"
+    if previous is not None and (previous / "qdrant").exists():
+        shutil.copytree(previous / "qdrant", target)
+    client = QdrantClient(path=str(target))
+    try:
+        if not client.collection_exists(COLLECTION):
+            client.create_collection(
+                COLLECTION,
+                vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
+            )
+        if delete:
+            for start in range(0, len(delete), 1000):
+                ids = [point_id(cid) for cid in delete[start : start + 1000]]
+                client.delete(COLLECTION, points_selector=models.PointIdsList(points=ids), wait=True)
+        for start in range(0, len(upsert), 256):
+            part = upsert[start : start + 256]
+            client.upsert(
+                COLLECTION,
+                points=[
+                    models.PointStruct(id=point_id(c.chunk_id), vector={DENSE: v.tolist()}, payload=chunk_payload(c))
+                    for c, v in part
+                ],
+                wait=True,
+            )
+    finally:
+        client.close()
