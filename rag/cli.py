@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import date
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rag.config import Settings, load_settings
-from rag.errors import RagError
+from rag.errors import ConfigurationError, RagError
+from rag.types import Principal
 
 app = typer.Typer(help="Policy support bot: ingest documents, ask questions, inspect traces.", no_args_is_help=True)
 
@@ -59,6 +61,89 @@ def ingest(
 
     code = run_ingest(paths, settings_for(data_dir), prune=prune, as_json=as_json)
     raise typer.Exit(code)
+
+
+def _parse_groups(groups: str) -> frozenset[str]:
+    return frozenset(g.strip() for g in groups.split(",") if g.strip())
+
+
+def _parse_date(value: str | None) -> date | None:
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ConfigurationError(f"Invalid date {value!r}.", hint="Use YYYY-MM-DD.") from None
+
+
+def open_trace_store(settings: Settings, *, required: bool = False) -> Any | None:
+    """The trace store, or None (with a warning) when the database has not been initialised."""
+    from rag.tracestore.repository import TraceStore
+
+    try:
+        store = TraceStore.from_settings(settings)
+        store.check_ready()
+        return store
+    except RagError as exc:
+        if required:
+            raise
+        typer.echo(f"warning: traces are not being stored: {exc.user_message()}", err=True)
+        return None
+
+
+@app.command()
+@user_errors
+def ask(
+    question: Annotated[str | None, typer.Argument(help="The question (omit with --batch).")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Who is asking (required).")] = None,
+    groups: Annotated[str, typer.Option("--groups", help="Comma-separated groups the user belongs to.")] = "",
+    as_of: Annotated[str | None, typer.Option("--as-of", help="Answer as of this date (YYYY-MM-DD).")] = None,
+    tags: Annotated[str, typer.Option("--tags", help="Only documents with these product/version tags.")] = "",
+    batch: Annotated[Path | None, typer.Option("--batch", help="JSONL of {id, question, user, groups}.")] = None,
+    packing: Annotated[str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
+    no_trace: Annotated[bool, typer.Option("--no-trace", help="Do not store the trace.")] = False,
+    data_dir: DataDir = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Answer a question from the policies USER may read, with citations and a stored trace."""
+    from rag.pipeline import Pipeline, PipelineOptions, Question
+
+    settings = settings_for(data_dir, packing=packing, evidence_k=k)
+    if batch is None and (question is None or user is None):
+        raise ConfigurationError("Give a QUESTION and --user NAME (or --batch FILE.jsonl).", hint="rag ask --help")
+    store = None if no_trace else open_trace_store(settings)
+    pipeline = Pipeline(settings, trace_store=store)
+    options = PipelineOptions()
+    if batch is not None:
+        for line_no, line in enumerate(batch.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                groups_in = item.get("groups") or []
+                q = Question(
+                    text=item["question"],
+                    principal=Principal(item["user"], frozenset(groups_in if isinstance(groups_in, list) else _parse_groups(groups_in))),
+                    as_of=_parse_date(item.get("as_of") or as_of),
+                    tags=frozenset(item.get("tags") or ()) or _parse_groups(tags),
+                )
+                out = {"id": item.get("id"), **pipeline.ask(q, options).to_json()}
+            except (KeyError, json.JSONDecodeError) as exc:
+                out = {"id": None, "error": f"line {line_no}: bad batch record ({exc})"}
+            except RagError as exc:
+                out = {"id": item.get("id"), "error": exc.user_message()}
+            print_json(out)
+        return
+    assert question is not None and user is not None
+    q = Question(question, Principal(user, _parse_groups(groups)), _parse_date(as_of), _parse_groups(tags))
+    result = pipeline.ask(q, options)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        from rag.render import print_result
+
+        print_result(result.to_json())
 
 
 def _register_optional() -> None:

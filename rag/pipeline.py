@@ -1,0 +1,403 @@
+"""The query path, top to bottom. Each stage is a pure function in ``rag/stages``; this runner calls them in
+order, times them, and records their inputs and outputs in the trace. Nothing here searches without a filter.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from rag.config import Settings
+from rag.embedder import Embedder, load_embedder
+from rag.errors import GenerationError
+from rag.index import IndexReader
+from rag.stages.abstention import abstention_text, decide_abstention
+from rag.stages.budget import apply_budget
+from rag.stages.bundling import bundle_dependencies
+from rag.stages.citations import check_citations
+from rag.stages.dedup import remove_near_duplicates
+from rag.stages.extractive import extractive_answer
+from rag.stages.fusion import merge_intents, rrf_fuse
+from rag.stages.intents import split_intents
+from rag.stages.packing import edge_pack, number_evidence
+from rag.stages.prompt import build_prompt
+from rag.text import bm25_tokens, count_tokens
+from rag.types import (
+    Bundle,
+    Candidate,
+    Citation,
+    Dropped,
+    Evidence,
+    Generated,
+    Intent,
+    Principal,
+    Prompt,
+    SearchFilter,
+    StageRecord,
+)
+
+
+@dataclass(frozen=True)
+class Question:
+    """One request: the question and who asks it. The principal is required; there is no anonymous search."""
+
+    text: str
+    principal: Principal
+    as_of: date | None = None
+    tags: frozenset[str] = frozenset()
+    session_id: str | None = None
+    history: tuple[tuple[str, str], ...] = ()  # (role, content) turns already trimmed to the history budget
+    facts: tuple[str, ...] = ()  # confirmed facts about the user, retrieved for this question
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Per-request overrides (evaluation and trace replay use them); None means the settings value."""
+
+    packing: str | None = None
+    evidence_k: int | None = None
+    token_budget: int | None = None
+    use_llm: bool | None = None
+
+
+@dataclass
+class Result:
+    """Everything the query path produced; ``to_json()`` is the ``rag ask --json`` contract."""
+
+    trace_id: str
+    question: Question
+    intents: list[Intent]
+    candidates: list[Candidate]
+    dropped: list[Dropped]
+    bundles: list[Bundle]
+    evidence: list[Evidence]
+    prompt: Prompt | None
+    generated: Generated
+    answer: str
+    abstained: bool
+    abstain_reason: str | None
+    citations: list[Citation]
+    stages: list[StageRecord]
+    reranker: str
+    packing: str
+    generation_mode: str
+    budgets: dict[str, Any] = field(default_factory=dict)
+    hops: list[dict[str, Any]] = field(default_factory=list)
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def to_json(self) -> dict[str, Any]:
+        cited = {c.chunk_id for c in self.citations if c.valid}
+        bundle_of = {e.candidate.chunk_id: e.bundle_id for e in self.evidence}
+        timings = {s.name: round(s.ms, 3) for s in self.stages}
+        timings["total"] = round(sum(s.ms for s in self.stages), 3)
+        q = self.question
+        return {
+            "trace_id": self.trace_id,
+            "created_at": self.created_at,
+            "question": q.text,
+            "user": q.principal.user,
+            "groups": sorted(q.principal.groups),
+            "as_of": (q.as_of or date.today()).isoformat(),
+            "tags": sorted(q.tags),
+            "session_id": q.session_id,
+            "answer": self.answer,
+            "abstained": self.abstained,
+            "abstain_reason": self.abstain_reason,
+            "intents": [{"index": i.index, "text": i.text} for i in self.intents],
+            "citations": [
+                {
+                    "n": c.n,
+                    "chunk_id": c.chunk_id,
+                    "valid": c.valid,
+                    "supported": c.supported,
+                    "sentence": c.sentence,
+                    "support_score": round(float(c.support_score), 4),
+                }
+                for c in self.citations
+            ],
+            "evidence": [
+                {"n": e.n, **candidate_json(e.candidate), "bundle": bundle_of[e.candidate.chunk_id],
+                 "cited": e.candidate.chunk_id in cited}
+                for e in self.evidence
+            ],
+            "candidates": [{**candidate_json(c), "intents": list(c.intents)} for c in self.candidates],
+            "dropped": [{"chunk_id": d.chunk_id, "reason": d.reason, "stage": d.stage} for d in self.dropped],
+            "bundles": [
+                {"bundle_id": b.bundle_id, "chunk_ids": list(b.chunk_ids), "reason": b.reason, "score": _r(b.score)}
+                for b in self.bundles
+            ],
+            "hops": self.hops,
+            "budgets": self.budgets,
+            "prompt": {
+                "system": self.prompt.system if self.prompt else "",
+                "user": self.prompt.user if self.prompt else "",
+                "tokens": self.prompt.n_tokens if self.prompt else 0,
+            },
+            "model": self.generated.model,
+            "reranker": self.reranker,
+            "packing": self.packing,
+            "generation_mode": self.generation_mode,
+            "tokens": {
+                "prompt": self.generated.prompt_tokens,
+                "completion": self.generated.completion_tokens,
+                "evidence": sum(e.candidate.chunk.n_tokens for e in self.evidence),
+                "history": self.budgets.get("history_tokens", 0),
+            },
+            "timings_ms": timings,
+            "stages": [{"name": s.name, "ms": round(s.ms, 3), "detail": s.detail} for s in self.stages],
+            "error": self.generated.error,
+        }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
+def candidate_json(c: Candidate) -> dict[str, Any]:
+    ch = c.chunk
+    return {
+        "chunk_id": ch.chunk_id,
+        "doc_id": ch.doc_id,
+        "source": ch.source,
+        "title": ch.title,
+        "page": ch.page,
+        "page_end": ch.page_end,
+        "section": ch.section,
+        "text": ch.text,
+        "doc_version": ch.doc_version,
+        "rerank_rank": c.rerank_rank,
+        "rerank_score": _r(c.rerank_score),
+        "bm25_rank": c.bm25_rank,
+        "bm25_score": _r(c.bm25_score),
+        "dense_rank": c.dense_rank,
+        "dense_score": _r(c.dense_score),
+        "fused_score": _r(c.fused_score),
+        "fused_rank": c.fused_rank,
+        "hop": c.hop,
+        "added_by": c.added_by,
+    }
+
+
+class _Recorder:
+    """Times stages and keeps a short, JSON-able summary of what each produced."""
+
+    def __init__(self) -> None:
+        self.stages: list[StageRecord] = []
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[dict[str, object]]:
+        detail: dict[str, object] = {}
+        start = time.perf_counter()
+        try:
+            yield detail
+        finally:
+            self.stages.append(StageRecord(name, (time.perf_counter() - start) * 1000, detail))
+
+
+class Pipeline:
+    """Runs questions against the published index. Create once per process; ``ask`` is thread-safe for reads."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        reader: IndexReader | None = None,
+        embedder: Embedder | None = None,
+        reranker: Any | None = None,
+        llm: Any | None = None,
+        trace_store: Any | None = None,
+    ) -> None:
+        from rag.rerank import load_reranker
+
+        self.settings = settings
+        self.reader = reader or IndexReader(settings.data_dir)
+        self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
+        self.reranker = reranker or load_reranker(settings, embedder=self.embedder)
+        if llm is None and settings.llm_configured:
+            from rag.llm import LLMClient
+
+            llm = LLMClient.from_settings(settings)
+        self.llm = llm
+        self.trace_store = trace_store
+
+    # ------------------------------------------------------------------ helpers injected into pure stages
+    def _retrieve(self, intents: Sequence[Intent], filt: SearchFilter) -> tuple[list[Candidate], dict[str, object]]:
+        s = self.settings
+        vectors = self.embedder.embed_queries([i.text for i in intents])
+        per_intent = []
+        detail: dict[str, object] = {}
+        for intent, vector in zip(intents, vectors, strict=True):
+            lexical = self.reader.search_lexical(bm25_tokens(intent.text), filt, s.lexical_top_n)
+            dense = self.reader.search_dense(vector, filt, s.dense_top_n)
+            chunks = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
+            chunks = {k: v for k, v in chunks.items() if v is not None and filt.allows(v)}
+            lexical = [h for h in lexical if h[0] in chunks]
+            dense = [h for h in dense if h[0] in chunks]
+            per_intent.append(rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent.index))
+            detail[f"intent_{intent.index}"] = {"lexical": len(lexical), "dense": len(dense)}
+        merged = merge_intents(per_intent)
+        detail["candidates"] = len(merged)
+        return merged, detail
+
+    def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
+        """Relevance of each sentence to a query: dense cosine blended with lexical coverage (extractive answers)."""
+        if not sentences:
+            return []
+        vectors = self.embedder.embed_queries([query, *sentences])
+        cos = vectors[1:] @ vectors[0]
+        q = set(bm25_tokens(query))
+        lex = [len(q & set(bm25_tokens(x))) / len(q) if q else 0.0 for x in sentences]
+        return [float(0.7 * c + 0.3 * l) for c, l in zip(cos, lex, strict=True)]
+
+    def _support(self) -> Callable[[str, str], float] | None:
+        support = getattr(self.reranker, "support", None)
+        if support is None:
+            return None
+        probe = support("a", "a")
+        return support if probe is not None else None
+
+    @property
+    def abstain_threshold(self) -> float:
+        if self.settings.abstain_threshold is not None:
+            return self.settings.abstain_threshold
+        return float(getattr(self.reranker, "abstain_threshold", 0.0))
+
+    # ------------------------------------------------------------------ the query path
+    def ask(self, question: Question, options: PipelineOptions | None = None) -> Result:
+        opts = options or PipelineOptions()
+        s = self.settings
+        rec = _Recorder()
+        packing = opts.packing or s.packing
+        k = opts.evidence_k or s.evidence_k
+        token_budget = opts.token_budget or s.evidence_token_budget
+        use_llm = self.llm is not None if opts.use_llm is None else (opts.use_llm and self.llm is not None)
+
+        with rec.stage("index") as d:
+            d["switched"] = self.reader.refresh()
+            d["generation"] = self.reader.generation.name
+        with rec.stage("filters") as d:
+            filt = SearchFilter(question.principal, question.as_of or date.today(), question.tags)
+            d.update(groups=sorted(filt.principal.readable_groups), as_of=filt.as_of.isoformat(), tags=sorted(filt.tags))
+        with rec.stage("intents") as d:
+            intents = split_intents(question.text)
+            d["intents"] = [i.text for i in intents]
+        with rec.stage("retrieve") as d:
+            candidates, detail = self._retrieve(intents, filt)
+            d.update(detail)
+        with rec.stage("rerank") as d:
+            reranked = self.reranker.rerank(question.text, candidates) if candidates else []
+            d["reranker"] = self.reranker.name
+        with rec.stage("abstention") as d:
+            abstain, uncovered, reason = decide_abstention(reranked, intents, threshold=self.abstain_threshold)
+            d.update(abstain=abstain, uncovered=[i.text for i in uncovered], threshold=self.abstain_threshold)
+        dropped: list[Dropped] = []
+        bundles: list[Bundle] = []
+        evidence: list[Evidence] = []
+        if not abstain:
+            with rec.stage("dedup") as d:
+                kept, drops = remove_near_duplicates(reranked, threshold=s.dedup_threshold)
+                dropped += drops
+                d["dropped"] = len(drops)
+            with rec.stage("budget") as d:
+                covered = [i for i in intents if i not in uncovered]
+                selected, drops = apply_budget(
+                    kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold
+                )
+                dropped += drops
+                d.update(selected=len(selected), k=k, token_budget=token_budget)
+            with rec.stage("bundle") as d:
+                bundles, added, drops = bundle_dependencies(selected, self.reader, filt, pool=kept, token_budget=token_budget)
+                dropped += drops
+                d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
+            with rec.stage("pack") as d:
+                packed = edge_pack(bundles, packing)
+                evidence = number_evidence(packed)
+                d.update(strategy=packing, order=[e.candidate.chunk_id for e in evidence])
+        with rec.stage("prompt") as d:
+            prompt = build_prompt(
+                question.text,
+                evidence,
+                history=question.history,
+                facts=question.facts,
+                repeat_question=s.repeat_question,
+                mode=s.generation_mode,
+            )
+            d["tokens"] = prompt.n_tokens
+        with rec.stage("generate") as d:
+            generated = self._generate(question, intents, evidence, prompt, abstain, uncovered, use_llm)
+            d.update(model=generated.model, error=generated.error)
+        answer = generated.text
+        if abstain or (not evidence):
+            answer = abstention_text(question.text, uncovered or intents, intents)
+            abstain = True
+        elif uncovered and generated.error is None:
+            answer = f"{answer}\n\n{abstention_text(question.text, uncovered, intents)}"
+        with rec.stage("citations") as d:
+            citations = check_citations(answer, evidence, support=self._support())
+            d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
+                     unsupported=sum(not c.supported for c in citations))
+        result = Result(
+            trace_id=uuid.uuid4().hex,
+            question=question,
+            intents=intents,
+            candidates=reranked,
+            dropped=dropped,
+            bundles=bundles,
+            evidence=evidence,
+            prompt=prompt,
+            generated=generated,
+            answer=answer,
+            abstained=abstain,
+            abstain_reason=reason if abstain else None,
+            citations=citations,
+            stages=rec.stages,
+            reranker=self.reranker.name,
+            packing=packing,
+            generation_mode=s.generation_mode if use_llm else "extractive",
+            budgets={
+                "evidence_k": k,
+                "evidence_token_budget": token_budget,
+                "evidence_tokens": sum(e.candidate.chunk.n_tokens for e in evidence),
+                "history_token_budget": s.history_token_budget,
+                "history_tokens": sum(count_tokens(c) for _, c in question.history),
+                "facts": len(question.facts),
+            },
+        )
+        if self.trace_store is not None:
+            self.trace_store.save_trace(result.to_json())
+        return result
+
+    def _generate(
+        self,
+        question: Question,
+        intents: Sequence[Intent],
+        evidence: Sequence[Evidence],
+        prompt: Prompt,
+        abstain: bool,
+        uncovered: Sequence[Intent],
+        use_llm: bool,
+    ) -> Generated:
+        if abstain or not evidence:
+            return Generated(text="", model="none")
+        if use_llm:
+            from rag.generation import generate
+
+            try:
+                return generate(prompt, evidence, question.text, self.llm, self.settings.generation_mode, self.settings)
+            except GenerationError as exc:
+                # The user still gets an answer (quoted evidence); the trace keeps the LLM's failure.
+                fallback = self._extractive(question, intents, evidence, uncovered)
+                return Generated(text=fallback.text, model=f"extractive (fallback; {self.settings.llm_model} failed)",
+                                 error=str(exc))
+        return self._extractive(question, intents, evidence, uncovered)
+
+    def _extractive(
+        self, question: Question, intents: Sequence[Intent], evidence: Sequence[Evidence], uncovered: Sequence[Intent]
+    ) -> Generated:
+        covered = [i for i in intents if i not in uncovered] or list(intents)
+        return extractive_answer(question.text, covered, evidence, score=self.sentence_scores)

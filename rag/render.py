@@ -1,0 +1,44 @@
+"""Readable terminal views of a result/trace dict (the ``rag ask --json`` shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def evidence_table(trace: dict[str, Any]) -> Table:
+    table = Table(title="Final evidence order (as the model saw it)", show_lines=False)
+    for col in ("n", "bundle", "rerank", "score", "bm25", "dense", "document", "page", "section", "cited"):
+        table.add_column(col)
+    for e in trace["evidence"]:
+        table.add_row(
+            str(e["n"]),
+            str(e["bundle"]),
+            str(e["rerank_rank"] or "+"),
+            f"{e['rerank_score']:.3f}" if e["rerank_score"] is not None else "-",
+            str(e["bm25_rank"] or "-"),
+            str(e["dense_rank"] or "-"),
+            e["title"],
+            str(e["page"] or "-"),
+            (e["section"] or "")[-60:],
+            "yes" if e["cited"] else "",
+        )
+    return table
+
+
+def print_result(trace: dict[str, Any], console: Console | None = None) -> None:
+    out = console or Console()
+    if trace.get("abstained"):
+        out.print("[bold yellow]Abstained[/]")
+    out.print(trace["answer"], highlight=False)
+    bad = [c for c in trace["citations"] if not (c["valid"] and c["supported"])]
+    if bad:
+        out.print(f"[red]{len(bad)} citation(s) failed the check:[/] " + ", ".join(f"[{c['n']}]" for c in bad))
+    if trace.get("error"):
+        out.print(f"[red]Generation error:[/] {trace['error']}")
+    if trace["evidence"]:
+        out.print(evidence_table(trace))
+    timings = ", ".join(f"{k} {v:.0f}ms" for k, v in trace["timings_ms"].items())
+    out.print(f"[dim]trace {trace['trace_id']} | reranker {trace['reranker']} | {timings}[/]")
