@@ -1,0 +1,209 @@
+"""Ingestion end to end: real files, real Qdrant embedded mode, real embedding model, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ingest.indexer import ingest
+from rag.cli import app
+from rag.config import load_settings
+from rag.index import IndexReader, current_generation, index_root
+from rag.text import bm25_tokens
+from rag.types import Principal, SearchFilter
+
+REPO = Path(__file__).resolve().parents[2]
+EVERYONE = SearchFilter(Principal("t", frozenset()), date(2026, 1, 1))
+
+
+def write_docs(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "refunds.md").write_text(
+        "# Refund policy\n\n## 1. Window\n\nCustomers may return items within 45 days of delivery.\n\n"
+        "## 2. Exceptions\n\nGift cards are not refundable.\n"
+    )
+    (folder / "leave.txt").write_text("Leave policy\n\nEmployees accrue 1.5 days of paid leave per month.\n")
+
+
+def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    first = ingest([str(docs)], settings, embedder=embedder)
+    assert first.ok and first.published and first.totals["indexed"] == 2 and first.embedded > 0
+    gen = current_generation(data)
+    snapshot = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
+
+    again = ingest([str(docs)], settings, embedder=embedder)
+    assert again.totals == {"indexed": 0, "unchanged": 2, "removed": 0, "failed": 0, "chunks": first.totals["chunks"]}
+    assert again.embedded == 0 and not again.published
+    assert current_generation(data) == gen
+    after = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file() and p.name != "ingest.lock"}
+    assert after == {p: t for p, t in snapshot.items() if p.name != "ingest.lock"}
+
+
+def test_changed_file_replaces_its_chunks_and_old_text_stays_resolvable(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    ingest([str(docs)], settings, embedder=embedder)
+    reader = IndexReader(data)
+    old_ids = {cid for cid, _ in reader.search_lexical(bm25_tokens("45 days"), EVERYONE, 10)}
+    assert old_ids
+
+    (docs / "refunds.md").write_text((docs / "refunds.md").read_text().replace("45 days", "60 days"))
+    report = ingest([str(docs)], settings, embedder=embedder)
+    assert report.totals["indexed"] == 1 and report.totals["unchanged"] == 1
+    assert reader.refresh()  # a running reader picks up the new generation without a restart
+    texts = " ".join(c.text for c in reader.generation.chunks)
+    assert "60 days" in texts and "45 days" not in texts
+    assert not reader.search_lexical(bm25_tokens("45"), EVERYONE, 10)
+    from rag.index import ChunkArchive
+
+    archived = [ChunkArchive(data).get(cid) for cid in old_ids]
+    assert all(c is not None for c in archived) and any("45 days" in c.text for c in archived if c)
+    reader.close()
+
+
+def test_prune_removes_documents_whose_files_are_gone(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    ingest([str(docs)], settings, embedder=embedder)
+    (docs / "leave.txt").unlink()
+    kept = ingest([str(docs)], settings, embedder=embedder)  # without --prune nothing is removed
+    assert kept.totals["removed"] == 0
+    pruned = ingest([str(docs)], settings, prune=True, embedder=embedder)
+    assert pruned.totals["removed"] == 1 and pruned.published
+    reader = IndexReader(data)
+    assert not reader.search_lexical(bm25_tokens("paid leave"), EVERYONE, 10)
+    reader.close()
+
+
+def test_bad_file_never_stops_the_batch(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    (docs / "broken.pdf").write_bytes(b"this is not a pdf at all")
+    report = ingest([str(docs)], load_settings(data_dir=data), embedder=embedder)
+    statuses = {Path(f.path).name: (f.status, f.reason) for f in report.files}
+    assert statuses["broken.pdf"] == ("failed", "not_a_pdf")
+    assert statuses["refunds.md"][0] == "indexed" and not report.ok
+
+
+def test_cli_json_summary_and_exit_status(tmp_path: Path) -> None:
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    (docs / "empty.pdf").write_bytes(b"")
+    result = CliRunner().invoke(app, ["ingest", str(docs), "--data-dir", str(data), "--json"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert set(summary) >= {"files", "totals"}
+    assert set(summary["totals"]) >= {"indexed", "unchanged", "removed", "failed", "chunks"}
+    assert {f["status"] for f in summary["files"]} == {"indexed", "failed"}
+    for f in summary["files"]:
+        assert set(f) >= {"path", "status", "reason", "chunks"}
+
+
+def _reader_script(data: Path, out: Path) -> str:
+    return f"""
+import json, time
+from datetime import date
+from rag.index import IndexReader
+from rag.text import bm25_tokens
+from rag.types import Principal, SearchFilter
+f = SearchFilter(Principal('t', frozenset()), date(2026, 1, 1))
+r = IndexReader({str(data)!r})
+seen, errors, deadline = set(), 0, time.time() + 120
+while time.time() < deadline:
+    try:
+        r.refresh()
+        seen.add(r.generation.name)
+        hits = r.search_lexical(bm25_tokens('zebra crossing'), f, 5)
+        if hits:
+            break
+    except Exception as exc:
+        errors += 1
+        print(repr(exc))
+    time.sleep(0.05)
+open({str(out)!r}, 'w').write(json.dumps({{'seen': sorted(seen), 'found': bool(hits), 'errors': errors}}))
+"""
+
+
+def test_ingestion_while_another_process_reads(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    ingest([str(docs)], settings, embedder=embedder)
+    out = tmp_path / "reader.json"
+    proc = subprocess.Popen([sys.executable, "-c", _reader_script(data, out)], cwd=REPO)
+    time.sleep(3)  # the reader holds the published generation open
+    (docs / "zebra.md").write_text("# Crossings\n\nA zebra crossing policy for the car park.\n")
+    report = ingest([str(docs)], settings, embedder=embedder)
+    assert report.published
+    assert proc.wait(timeout=150) == 0
+    seen = json.loads(out.read_text())
+    assert seen["found"] and seen["errors"] == 0 and len(seen["seen"]) == 2
+
+
+def test_kill_9_mid_run_keeps_the_old_index_and_a_rerun_completes(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    ingest([str(docs)], settings, embedder=embedder)
+    published = current_generation(data)
+    for i in range(40):
+        (docs / f"extra{i}.md").write_text(f"# Extra policy {i}\n\n" + f"Rule {i} says item {i} costs {i} dollars. " * 30)
+
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "ingest", str(docs), "--data-dir", str(data)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    # wait until it is busy building (embedding cache file or a temporary generation appears), then kill -9
+    deadline = time.time() + 120
+    gens = index_root(data) / "generations"
+    while time.time() < deadline and victim.poll() is None:
+        if list(gens.glob(".tmp-*")) or (data / "embeddings.sqlite-wal").exists():
+            break
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert current_generation(data) == published  # the old index still serves
+    reader = IndexReader(data)
+    assert reader.search_lexical(bm25_tokens("45 days"), EVERYONE, 5)
+    reader.close()
+
+    rerun = ingest([str(docs)], settings, embedder=embedder)
+    assert rerun.ok and rerun.published
+    assert not list(gens.glob(".tmp-*"))
+    reader = IndexReader(data)
+    ids = [c.chunk_id for c in reader.generation.chunks]
+    assert len(ids) == len(set(ids))  # no duplicate chunks
+    assert reader.search_lexical(bm25_tokens("Rule 39"), EVERYONE, 5)
+    reader.close()
+    shutil.rmtree(data)
+
+
+def test_sample_corpus_filters_inside_both_legs(sample_data_dir: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    reader = IndexReader(sample_data_dir)
+    outsider = SearchFilter(Principal("eve", frozenset({"staff"})), date.today())
+    hr = SearchFilter(Principal("hana", frozenset({"hr"})), date.today())
+    tokens = bm25_tokens("salary bands CANARY-HR-7731")
+    vector = embedder.embed_queries(["salary bands for each grade"])[0]
+    for hits in (reader.search_lexical(tokens, outsider, 40), reader.search_dense(vector, outsider, 40)):
+        assert all("hr" not in reader.get(cid).groups for cid, _ in hits)  # type: ignore[union-attr]
+    assert any("hr" in reader.get(cid).groups for cid, _ in reader.search_lexical(tokens, hr, 40))  # type: ignore[union-attr]
+    for cid, _ in reader.search_dense(vector, outsider, 40):
+        chunk = reader.get(cid)
+        assert chunk is not None and chunk.meta.valid_on(date.today())
+    reader.close()
