@@ -1,0 +1,107 @@
+"""Reciprocal rank fusion of the lexical and dense legs, and the union of per-intent candidate lists."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rag.types import Candidate, Chunk
+
+Hit = tuple[str, float]  # (chunk_id, score), ranked best first
+
+
+def _leg(hits: Sequence[Hit]) -> dict[str, tuple[int, float]]:
+    """chunk_id -> (1-based rank, score); a chunk listed twice keeps its first (best) position."""
+    out: dict[str, tuple[int, float]] = {}
+    for rank, (chunk_id, score) in enumerate(hits, start=1):
+        out.setdefault(chunk_id, (rank, float(score)))
+    return out
+
+
+def _ranked(cands: list[Candidate]) -> list[Candidate]:
+    cands.sort(key=lambda c: (-c.fused_score, c.chunk_id))
+    return [c.with_(fused_rank=i) for i, c in enumerate(cands, start=1)]
+
+
+def rrf_fuse(
+    lexical: Sequence[Hit],
+    dense: Sequence[Hit],
+    chunks: Mapping[str, Chunk],
+    *,
+    k: int = 60,
+    intent: int = 0,
+) -> list[Candidate]:
+    """Fuse two ranked legs with 1/(k + rank) summed over the legs that returned a chunk.
+
+    Every candidate keeps both legs' ranks and scores so a trace can show why it ranked where it did.
+    Hits whose chunk is missing from ``chunks`` are skipped (the other hits keep their original ranks).
+    Ties break on chunk_id, so the output is deterministic.
+    """
+    if k < 0:
+        raise ValueError(f"rrf k must be >= 0, got {k}")
+    lex, den = _leg(lexical), _leg(dense)
+    fused: list[Candidate] = []
+    for chunk_id in sorted(lex.keys() | den.keys()):
+        chunk = chunks.get(chunk_id)
+        if chunk is None:
+            continue
+        bm25_rank, bm25_score = lex.get(chunk_id, (None, None))
+        dense_rank, dense_score = den.get(chunk_id, (None, None))
+        score = sum(1.0 / (k + r) for r in (bm25_rank, dense_rank) if r is not None)
+        fused.append(
+            Candidate(
+                chunk=chunk,
+                bm25_rank=bm25_rank,
+                bm25_score=bm25_score,
+                dense_rank=dense_rank,
+                dense_score=dense_score,
+                fused_score=score,
+                intents=(intent,),
+            )
+        )
+    return _ranked(fused)
+
+
+def _best_rank(
+    a: int | None, a_score: float | None, b: int | None, b_score: float | None
+) -> tuple[int | None, float | None]:
+    """The better (lower) of two optional ranks, with the score that came with it."""
+    if a is None:
+        return b, b_score
+    if b is None or a <= b:
+        return a, a_score
+    return b, b_score
+
+
+def _max_opt(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _merge_pair(a: Candidate, b: Candidate) -> Candidate:
+    bm25_rank, bm25_score = _best_rank(a.bm25_rank, a.bm25_score, b.bm25_rank, b.bm25_score)
+    dense_rank, dense_score = _best_rank(a.dense_rank, a.dense_score, b.dense_rank, b.dense_score)
+    return a.with_(
+        bm25_rank=bm25_rank,
+        bm25_score=bm25_score,
+        dense_rank=dense_rank,
+        dense_score=dense_score,
+        fused_score=max(a.fused_score, b.fused_score),
+        intents=tuple(sorted(set(a.intents) | set(b.intents))),
+        rerank_score=_max_opt(a.rerank_score, b.rerank_score),
+        hop=min(a.hop, b.hop),
+    )
+
+
+def merge_intents(lists: Sequence[Sequence[Candidate]]) -> list[Candidate]:
+    """Union of per-intent candidate lists, re-ranked by fused score.
+
+    A chunk found by several intents keeps its best (lowest) lexical and dense ranks, its highest fused
+    score and the union of the intents that found it.
+    """
+    merged: dict[str, Candidate] = {}
+    for cands in lists:
+        for cand in cands:
+            seen = merged.get(cand.chunk_id)
+            merged[cand.chunk_id] = cand if seen is None else _merge_pair(seen, cand)
+    return _ranked(list(merged.values()))

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import pytest
+
+from rag.stages.citations import check_citations, is_sources_line, parse_citations
+from rag.types import Evidence
+from tests.stages.factories import make_candidate, make_chunk
+
+EVIDENCE = [
+    Evidence(
+        1,
+        make_candidate(make_chunk("Customers may request a refund within 45 days of purchase.", ordinal=1)),
+        0,
+    ),
+    Evidence(2, make_candidate(make_chunk("Gift cards are not eligible for refunds.", ordinal=5)), 1),
+    Evidence(3, make_candidate(make_chunk("Refunds are paid to the original payment method.", ordinal=2)), 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("Refunds take 45 days [1].", [("Refunds take 45 days [1].", [1])]),
+        ("A claim [1, 3].", [("A claim [1, 3].", [1, 3])]),
+        ("A claim [1][2].", [("A claim [1][2].", [1, 2])]),
+        ("A claim [1-3].", [("A claim [1-3].", [1, 2, 3])]),
+        ("A claim [2\u20133].", [("A claim [2\u20133].", [2, 3])]),
+        ("A claim [1,3-4].", [("A claim [1,3-4].", [1, 3, 4])]),
+        ("A claim [3][1][3].", [("A claim [3][1][3].", [3, 1])]),
+        ("No citation here.", [("No citation here.", [])]),
+        ("", []),
+    ],
+)
+def test_parse_citation_forms(answer: str, expected: list[tuple[str, list[int]]]) -> None:
+    assert parse_citations(answer) == expected
+
+
+def test_parse_splits_sentences_and_keeps_markers_after_a_full_stop() -> None:
+    answer = "Refunds take 45 days. [1] Gift cards are excluded [2].\nSources: [1], [2]"
+    assert parse_citations(answer) == [
+        ("Refunds take 45 days. [1]", [1]),
+        ("Gift cards are excluded [2].", [2]),
+        ("Sources: [1], [2]", [1, 2]),
+    ]
+
+
+def test_parse_keeps_numbered_list_items_whole() -> None:
+    answer = "1. Refunds take 45 days [1].\n2. Gift cards are excluded [2]."
+    assert [ids for _, ids in parse_citations(answer)] == [[1], [2]]
+    assert parse_citations(answer)[0][0].startswith("1. Refunds")
+
+
+def test_a_runaway_range_keeps_only_its_ends() -> None:
+    assert parse_citations("x [1-9999].") == [("x [1-9999].", [1, 9999])]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Sources: [1], [2]",
+        "Sources: [1][3].",
+        "**Sources:** [1, 2]",
+        "References: [1] and [2]",
+        "[1], [2]",
+        "Passages used: [2]",
+    ],
+)
+def test_sources_lines(line: str) -> None:
+    assert is_sources_line(line)
+
+
+@pytest.mark.parametrize("line", ["Refunds take 45 days [1].", "Sources say refunds take 45 days [1]."])
+def test_claims_are_not_sources_lines(line: str) -> None:
+    assert not is_sources_line(line)
+
+
+def test_a_supported_citation() -> None:
+    [citation] = check_citations("Customers can request a refund within 45 days of purchase [1].", EVIDENCE)
+    assert citation.valid and citation.supported
+    assert citation.chunk_id == EVIDENCE[0].candidate.chunk_id
+    assert citation.n == 1 and citation.support_score > 0.8
+    assert citation.sentence == "Customers can request a refund within 45 days of purchase [1]."
+
+
+def test_a_citation_to_a_missing_passage_is_invalid() -> None:
+    [citation] = check_citations("Refunds take 45 days [7].", EVIDENCE)
+    assert (citation.n, citation.chunk_id, citation.valid, citation.supported) == (7, None, False, False)
+
+
+def test_a_wrong_passage_does_not_support_the_sentence() -> None:
+    [citation] = check_citations("Customers can request a refund within 45 days of purchase [2].", EVIDENCE)
+    assert citation.valid and not citation.supported
+
+
+def test_a_wrong_number_is_unsupported_even_with_high_overlap() -> None:
+    [citation] = check_citations("Customers may request a refund within 30 days of purchase [1].", EVIDENCE)
+    assert citation.support_score > 0.8
+    assert not citation.supported
+
+
+def test_each_id_of_a_sentence_is_checked() -> None:
+    citations = check_citations("Gift cards are not eligible for refunds [1][2].", EVIDENCE)
+    assert [(c.n, c.supported) for c in citations] == [(1, False), (2, True)]
+
+
+def test_sources_line_is_valid_and_not_checked_for_support() -> None:
+    answer = "Gift cards are not eligible for refunds [2].\nSources: [2], [3], [9]"
+    citations = check_citations(answer, EVIDENCE)
+    assert [(c.n, c.valid, c.supported) for c in citations] == [
+        (2, True, True),
+        (2, True, True),
+        (3, True, True),
+        (9, False, False),
+    ]
+
+
+def test_an_injected_support_function_is_used() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def support(sentence: str, passage: str) -> float:
+        calls.append((sentence, passage))
+        return 0.9 if "gift" in passage.lower() else 0.1
+
+    citations = check_citations(
+        "You cannot get your money back for those [2]. Nor here [3].", EVIDENCE, support=support
+    )
+    assert [c.supported for c in citations] == [True, False]
+    assert calls[0] == ("You cannot get your money back for those.", EVIDENCE[1].candidate.chunk.text)
+
+
+def test_the_threshold_is_configurable() -> None:
+    answer = "Refunds go back to the card used [3]."
+    assert not check_citations(answer, EVIDENCE, threshold=0.9)[0].supported
+    assert check_citations(answer, EVIDENCE, threshold=0.2)[0].supported
+
+
+def test_uncited_sentences_yield_no_citations() -> None:
+    assert check_citations("Hello. We are happy to help.", EVIDENCE) == []
+
+
+def test_numbers_in_the_section_path_count_as_in_the_passage() -> None:
+    chunk = make_chunk("Gift cards are excluded.", section="Refund Policy > 4.2 Gift cards")
+    [citation] = check_citations(
+        "Section 4.2 excludes gift cards [1].", [Evidence(1, make_candidate(chunk), 0)]
+    )
+    assert citation.supported

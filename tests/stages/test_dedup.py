@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from rag.stages.dedup import overlap, remove_near_duplicates, shingles
+from tests.stages.factories import make_candidate
+
+RULE = (
+    "Customers may request a refund within 45 days of purchase. The item must be returned in its original "
+    "packaging with the receipt, and the refund is issued to the original payment method within ten days."
+)
+BOILERPLATE = (
+    "This document is confidential and intended for employees of Example Corp only. Questions about this "
+    "policy should be sent to the policy owner listed on the intranet."
+)
+
+
+def ids(cands: list) -> list[str]:
+    return [c.chunk_id for c in cands]
+
+
+def test_identical_text_in_another_chunk_is_dropped_with_its_reason() -> None:
+    a = make_candidate(RULE, doc_id="refunds", ordinal=3)
+    b = make_candidate(RULE, doc_id="refunds-2024", ordinal=3)
+    kept, dropped = remove_near_duplicates([a, b])
+    assert ids(kept) == [a.chunk_id]
+    assert len(dropped) == 1
+    assert dropped[0].chunk_id == b.chunk_id
+    assert dropped[0].reason == f"near_duplicate_of:{a.chunk_id} overlap=1.00"
+    assert dropped[0].stage == "dedup"
+
+
+def test_overlapping_consecutive_chunks_keep_the_better_one() -> None:
+    words = (RULE + " " + RULE.upper()).split()
+    a = make_candidate(" ".join(words[:40]), ordinal=1)
+    b = make_candidate(" ".join(words[4:44]), ordinal=2)  # sliding window: 36 of 40 words shared
+    kept, dropped = remove_near_duplicates([b, a])
+    assert ids(kept) == [b.chunk_id]
+    assert dropped[0].chunk_id == a.chunk_id
+
+
+def test_a_short_chunk_contained_in_a_longer_one_is_dropped() -> None:
+    short = make_candidate("Customers may request a refund within 45 days of purchase.", ordinal=9)
+    long = make_candidate(RULE, ordinal=1)
+    kept, dropped = remove_near_duplicates([long, short])
+    assert ids(kept) == [long.chunk_id]
+    assert dropped[0].reason.endswith("overlap=1.00")
+
+
+def test_a_better_short_chunk_drops_the_longer_copy_too() -> None:
+    short = make_candidate("Customers may request a refund within 45 days of purchase.", ordinal=9)
+    long = make_candidate(RULE, ordinal=1)
+    kept, _ = remove_near_duplicates([short, long])
+    assert ids(kept) == [short.chunk_id]
+
+
+def test_documents_sharing_only_boilerplate_stay_apart() -> None:
+    travel = make_candidate(
+        BOILERPLATE
+        + " Economy class is required for flights under six hours; business class needs VP approval.",
+        doc_id="travel",
+    )
+    leave = make_candidate(
+        BOILERPLATE
+        + " Employees accrue two days of annual leave per month, up to 25 days per calendar year.",
+        doc_id="leave",
+    )
+    kept, dropped = remove_near_duplicates([travel, leave])
+    assert ids(kept) == [travel.chunk_id, leave.chunk_id]
+    assert dropped == []
+    assert 0.3 < overlap(shingles(travel.chunk.text), shingles(leave.chunk.text)) < 0.8
+
+
+def test_the_threshold_is_configurable() -> None:
+    travel = make_candidate(
+        BOILERPLATE + " Economy class is required for flights under six hours.", doc_id="t"
+    )
+    leave = make_candidate(BOILERPLATE + " Employees accrue two days of annual leave per month.", doc_id="l")
+    kept, dropped = remove_near_duplicates([travel, leave], threshold=0.5)
+    assert ids(kept) == [travel.chunk_id] and len(dropped) == 1
+
+
+def test_normalisation_ignores_case_quotes_and_punctuation() -> None:
+    a = make_candidate("Employees can\u2019t carry over more than FIVE days\u2014see HR.", ordinal=0)
+    b = make_candidate("employees can't carry over more than five days - see HR", ordinal=1)
+    kept, dropped = remove_near_duplicates([a, b])
+    assert ids(kept) == [a.chunk_id] and len(dropped) == 1
+
+
+def test_distinct_passages_are_all_kept_in_order() -> None:
+    cands = [
+        make_candidate("Refunds are issued within 45 days of purchase.", ordinal=0),
+        make_candidate("Gift cards cannot be refunded or exchanged for cash.", ordinal=1),
+        make_candidate("Sale items may be exchanged within 14 days.", ordinal=2),
+    ]
+    kept, dropped = remove_near_duplicates(cands)
+    assert kept == cands and dropped == []
+
+
+def test_the_reason_names_the_most_similar_kept_passage() -> None:
+    a = make_candidate("Gift cards cannot be refunded or exchanged for cash at any store.", ordinal=0)
+    b = make_candidate(RULE, ordinal=1)
+    c = make_candidate(RULE + " Ask a store manager.", ordinal=2)
+    _, dropped = remove_near_duplicates([a, b, c])
+    assert [d.reason.split()[0] for d in dropped] == [f"near_duplicate_of:{b.chunk_id}"]
+
+
+def test_empty_and_tiny_texts_do_not_crash_or_merge() -> None:
+    empty_a = make_candidate("", ordinal=0)
+    empty_b = make_candidate("   ", ordinal=1)
+    tiny = make_candidate("Yes.", ordinal=2)
+    kept, dropped = remove_near_duplicates([empty_a, empty_b, tiny])
+    assert len(kept) == 3 and dropped == []
+
+
+def test_the_same_chunk_twice_is_dropped_once() -> None:
+    a = make_candidate(RULE)
+    kept, dropped = remove_near_duplicates([a, a])
+    assert kept == [a] and len(dropped) == 1
+
+
+def test_nothing_in_nothing_out() -> None:
+    assert remove_near_duplicates([]) == ([], [])
