@@ -32,6 +32,7 @@ _NOT_SUBJECT = _set(
 )
 _PRONOUN = _set("i we you they he she it there this that these those")
 _DETERMINER = _set("the a an my your our their his her its any all some every each no")
+_PREDICATE = _set("available allowed required possible necessary eligible covered paid free due open valid")
 _BE = _set("is are was were am isn't aren't wasn't weren't")
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -68,8 +69,10 @@ def _aux_clause(words: list[str]) -> bool:
     if "n't" in aux or aux == "cannot":  # "can't I", "don't we"; not "and can't come in"
         return subject in _PRONOUN
     if aux in _BE:  # "is there", "are the fees", "are contractors"; not "is available", "are taxed"
-        plural = subject.endswith("s") and not subject.endswith(("ss", "ous"))
-        return subject in _PRONOUN | _DETERMINER or plural
+        # "are gift cards refundable", "is parental leave paid": a noun phrase of a word or two, then more
+        plural = any(w.endswith("s") and not w.endswith(("ss", "ous")) for w in words[1:3])
+        predicate = subject in _PREDICATE or subject.endswith(("ed", "able", "ible"))
+        return subject in _PRONOUN | _DETERMINER or (not predicate and (plural or len(words) >= 4))
     return subject not in _NOT_SUBJECT and not subject.endswith("ed")
 
 
