@@ -81,9 +81,21 @@ _SENT_END = re.compile(r"(?<=[.!?;:])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*(?
 _ABBREV = re.compile(r"\b(?:e\.g|i\.e|etc|vs|Mr|Ms|Dr|No|Sec|U\.S|approx)\.$", re.IGNORECASE)
 
 
+_HEADING_LINE = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?\s+)?[A-Z][^.!?:;\n]{0,70}$")
+
+
+def _split_heading(part: str) -> list[str]:
+    """A heading line glued to its first sentence ("4.2 Gift cards\nGift cards are ...") is its own unit."""
+    first, sep, rest = part.partition("\n")
+    nxt = rest.lstrip()[:1]
+    if sep and nxt and (nxt.isupper() or nxt.isdigit()) and _HEADING_LINE.match(first) and len(first.split()) <= 8:
+        return [first.strip(), *_split_heading(rest)]
+    return [part]
+
+
 def split_sentences(text: str) -> list[str]:
     """Split into sentences and list items; keeps abbreviations like 'e.g.' inside their sentence."""
-    parts = [p for p in _SENT_END.split(text) if p and p.strip()]
+    parts = [h for p in _SENT_END.split(text) if p and p.strip() for h in _split_heading(p.strip())]
     out: list[str] = []
     for part in parts:
         part = part.strip()
