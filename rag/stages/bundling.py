@@ -18,6 +18,9 @@ from rag.types import Bundle, Candidate, Chunk, Dropped, SearchFilter
 
 STAGE = "bundling"
 MAX_REFERENCES = 2  # cross-referenced sections followed per passage
+# A bundle is a rule with what it needs, not a whole document: chains of links between selected passages
+# would otherwise merge every passage of one policy into one block and defeat edge packing.
+MAX_BUNDLE = 3
 
 
 class ChunkLookup(Protocol):
@@ -77,8 +80,12 @@ class _Link:
     added_by: str  # why the chunk was added, naming the passage that needed it
 
 
-def _states_rule(text: str) -> bool:
-    return bool(_RULE_CUES.search(text)) and not EXCEPTION_CUES.search(text)
+def _states_rule(chunk: Chunk) -> bool:
+    """Rule wording outside an exceptions section. A rule may mention an exception of its own ("except for
+    faulty goods under section 5") and still need the exceptions listed elsewhere."""
+    if _EXCEPTION_HEADING.search(chunk.section.removeprefix(chunk.title)):
+        return False
+    return bool(_RULE_CUES.search(chunk.text))
 
 
 def _lines(text: str) -> list[str]:
@@ -174,6 +181,10 @@ class _Bundler:
             cid = self.parent[cid]
         return cid
 
+    def size(self, cid: str) -> int:
+        root = self.root(cid)
+        return sum(1 for member in self.parent if self.root(member) == root)
+
     def join(self, a: str, b: str, reason: str) -> None:
         ra, rb = self.root(a), self.root(b)
         if ra == rb:
@@ -243,12 +254,15 @@ class _Bundler:
             yield _Link(prev, "reference", added_by)
 
     def links(self, chunk: Chunk) -> Iterator[_Link]:
-        referenced = list(self.cross_references(chunk))
-        yield from referenced
-        if not referenced and _states_rule(chunk.text):
-            exception = self.exception_for(chunk)
-            if exception is not None:
-                yield _Link(exception, "rule_exception", f"exception_of:{chunk.chunk_id}")
+        # The exception first: with the bundle size capped, the rule's exception matters most. A
+        # cross-reference does not replace it: "within 45 days ... except faulty goods under section 5"
+        # still needs its gift-card exception in section 4.2.
+        exception = self.exception_for(chunk) if _states_rule(chunk) else None
+        if exception is not None:
+            yield _Link(exception, "rule_exception", f"exception_of:{chunk.chunk_id}")
+        for ref in self.cross_references(chunk):
+            if exception is None or ref.chunk.chunk_id != exception.chunk_id:
+                yield ref
         yield from self.neighbours(chunk)
 
     # -- adding -----------------------------------------------------------------------------------------
@@ -260,12 +274,15 @@ class _Bundler:
     def add(self, source: str, link: _Link) -> None:
         cid = link.chunk.chunk_id
         if cid in self.members:
-            self.join(source, cid, link.reason)
+            if self.root(source) != self.root(cid) and self.size(source) + self.size(cid) <= MAX_BUNDLE:
+                self.join(source, cid, link.reason)
             return
         if cid in self.refused:
             return
         if not self.filt.allows(link.chunk):
             self.refuse(cid, "access_denied")  # the record names no title or text
+        elif self.size(source) >= MAX_BUNDLE:
+            return  # not refused for good: another passage's smaller bundle may still take it
         elif len(self.added) >= self.max_added:
             self.refuse(cid, "bundle_limit")
         elif self.token_budget is not None and self.tokens + link.chunk.n_tokens > self.token_budget:

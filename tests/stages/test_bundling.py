@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import date
 
-from rag.stages.bundling import bundle_dependencies
+from rag.stages.bundling import MAX_BUNDLE, bundle_dependencies
 from rag.stages.packing import edge_pack, number_evidence
 from rag.types import Bundle, Candidate, Chunk
 from tests.stages.factories import InMemoryLookup, make_candidate, make_doc, ranked, user_filter, with_groups
@@ -312,3 +312,35 @@ def test_bundle_members_stay_adjacent_and_in_document_order_after_packing() -> N
             c.ordinal for c in chunks if c.doc_id == chunks[0].doc_id
         )
     assert sorted(e.n for e in evidence) == list(range(1, len(evidence) + 1))
+
+
+def test_a_rule_mentioning_one_exception_still_gets_the_exceptions_section() -> None:
+    doc = make_doc(
+        "returns",
+        "Returns Policy",
+        [
+            ("Returns Policy > 3. Standard returns",
+             "Customers may return items within 45 days. After 90 days we do not accept returns, except for "
+             "faulty goods under section 5."),
+            ("Returns Policy > 4. Refund exceptions > 4.2 Gift cards",
+             "Gift cards are not refundable, except where required by law."),
+            ("Returns Policy > 5. Faulty goods", "A faulty item can be returned within its warranty period."),
+        ],
+    )
+    pool = ranked([doc[1], doc[0]])  # the exception ranks best, the rule second
+    bundles, _, _ = bundle_dependencies(pool, InMemoryLookup(doc), STAFF, pool=pool)
+    first = member_ids(bundles[0])
+    assert first[:2] == ["returns:0", "returns:1"], first  # rule and exception adjacent, in document order
+    assert bundles[0].reason == "rule_exception"
+
+
+def test_links_between_selected_passages_never_grow_a_bundle_past_the_cap() -> None:
+    doc = make_doc(
+        "big",
+        "Refund Policy",
+        [(f"Refund Policy > {i}. Part {i}", f"Refunds must follow rule {i}; see section {i + 1}.") for i in range(1, 9)],
+    )
+    pool = ranked(doc)
+    bundles, _, _ = bundle_dependencies(pool, InMemoryLookup(doc), STAFF, pool=pool)
+    assert all(len(b.members) <= MAX_BUNDLE for b in bundles)
+    assert sorted(c for b in bundles for c in member_ids(b)) == sorted(c.chunk_id for c in doc)

@@ -1,0 +1,114 @@
+"""The query path end to end on the sample corpus: real index, real models, the offline extractive generator."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from rag.config import load_settings
+from rag.pipeline import Pipeline, PipelineOptions, Question
+from rag.types import Principal
+
+ALICE = Principal("alice", frozenset({"staff"}))
+HANA = Principal("hana", frozenset({"staff", "hr"}))
+TODAY = date(2026, 6, 1)
+
+
+@pytest.fixture(scope="module")
+def pipeline(sample_data_dir: Path, embedder) -> Pipeline:  # type: ignore[no-untyped-def]
+    return Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder)
+
+
+def ask(pipeline: Pipeline, text: str, who: Principal = ALICE, **kw: object) -> dict:  # type: ignore[type-arg]
+    return pipeline.ask(Question(text, who, as_of=kw.pop("as_of", TODAY)), PipelineOptions(**kw)).to_json()  # type: ignore[arg-type]
+
+
+def positions(result: dict, needle: str) -> list[int]:  # type: ignore[type-arg]
+    return [e["n"] for e in result["evidence"] if needle.lower() in " ".join(e["text"].split()).lower()]
+
+
+def test_rule_and_exception_are_adjacent_and_cited(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "A customer bought a gift card 10 days ago. It is inside the 45-day window, so can we refund it?")
+    rule = positions(r, "return items within 45 days of delivery")
+    exception = positions(r, "Gift cards are not refundable")
+    assert rule and exception, [e["text"][:60] for e in r["evidence"]]
+    assert abs(rule[0] - exception[0]) == 1, "a rule travels with its exception"
+    bundle = {e["n"]: e["bundle"] for e in r["evidence"]}
+    assert bundle[rule[0]] == bundle[exception[0]]
+    cited = {c["n"] for c in r["citations"] if c["valid"]}
+    assert exception[0] in cited
+    assert not r["abstained"]
+
+
+@pytest.mark.parametrize("canary", ["CANARY-HR-7731", "salary band"])
+def test_restricted_document_never_reaches_an_outsider(pipeline: Pipeline, canary: str) -> None:
+    for question in ("What are the salary bands for level L3?", "What internal reference code do the pay grades use?"):
+        r = ask(pipeline, question)
+        blob = json.dumps(r)
+        assert "CANARY-HR-7731" not in blob
+        assert all("hr" not in (c.get("source") or "") or "salary" not in c["source"] for c in r["candidates"])
+        assert "salary-bands" not in blob
+    allowed = ask(pipeline, "What are the salary bands for level L3?", HANA)
+    assert any("salary-bands" in e["source"] for e in allowed["evidence"])
+
+
+def test_expired_and_superseded_policies_are_never_used(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "How many days a week can I work remotely?")
+    blob = json.dumps(r)
+    assert "covid-remote-work-2021" not in blob
+    travel = ask(pipeline, "How many days ahead must flights be booked?")
+    assert all("travel-policy-2022" not in e["source"] for e in travel["candidates"])
+    old = ask(pipeline, "How many days ahead must flights be booked?", as_of=date(2023, 6, 1))
+    assert all("travel-policy.pdf" not in e["source"] for e in old["candidates"])
+
+
+def test_compound_question_covers_both_parts(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "How many days does a customer have to return an item, and are gift cards refundable?")
+    assert len(r["intents"]) == 2
+    assert positions(r, "within 45 days of delivery") and positions(r, "Gift cards are not refundable")
+    assert "45 days" in r["answer"] and "not refundable" in r["answer"]
+
+
+def test_unanswerable_question_abstains(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "What is the company's policy on bringing pet llamas to the Mars office?")
+    assert r["abstained"]
+    assert r["evidence"] == [] and r["citations"] == []
+
+
+def test_injected_instruction_is_not_obeyed(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "Are my expenses approved automatically?")
+    assert "APPROVED-ALL" not in r["answer"]
+    assert "untrusted" in r["prompt"]["user"].lower()
+
+
+def test_citations_point_at_the_position_the_model_saw(pipeline: Pipeline) -> None:
+    for strategy in ("edges", "best_first", "best_last", "document_order"):
+        r = ask(pipeline, "What is the daily meal allowance on a business trip to Tokyo?", packing=strategy)
+        by_n = {e["n"]: e["chunk_id"] for e in r["evidence"]}
+        assert [e["n"] for e in r["evidence"]] == list(range(1, len(by_n) + 1))
+        for c in r["citations"]:
+            assert c["valid"] and c["chunk_id"] == by_n[c["n"]]
+            marker = f"[{c['n']}]"
+            assert marker in r["answer"]
+        for n, chunk_id in by_n.items():
+            assert f"[{n}]" in r["prompt"]["user"]
+            text = next(e["text"] for e in r["evidence"] if e["chunk_id"] == chunk_id)
+            assert text.split("\n")[0][:40] in r["prompt"]["user"]
+
+
+def test_result_json_contract(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "How long do refunds to cards take?")
+    assert {"trace_id", "answer", "abstained", "intents", "citations", "evidence", "dropped", "timings_ms"} <= set(r)
+    for e in r["evidence"]:
+        assert {"n", "chunk_id", "doc_id", "source", "page", "section", "text", "bundle", "rerank_rank",
+                "rerank_score", "bm25_rank", "dense_rank"} <= set(e)
+    for c in r["citations"]:
+        assert {"n", "chunk_id", "valid", "supported"} <= set(c)
+    for d in r["dropped"]:
+        assert {"chunk_id", "reason"} <= set(d)
+    assert {"retrieve", "rerank", "pack", "generate", "total"} <= set(r["timings_ms"])
+    first_bundle = r["evidence"][0]["bundle"]  # edge packing: the best passage's bundle comes first
+    assert any(e["rerank_rank"] == 1 for e in r["evidence"] if e["bundle"] == first_bundle)
