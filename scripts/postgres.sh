@@ -21,14 +21,19 @@ url="postgresql+psycopg://rag:rag@127.0.0.1:${port}/rag_test"
 log() { echo "postgres.sh: $*" >&2; }
 
 find_bindir() {
-  if command -v pg_ctl >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1; then
-    dirname "$(command -v pg_ctl)"
-    return 0
+  local dir
+  if command -v pg_ctl >/dev/null 2>&1; then
+    # Follow links (e.g. /usr/local/bin/pg_ctl -> /usr/lib/postgresql/15/bin/pg_ctl) to the directory
+    # that also holds initdb, psql and pg_isready.
+    dir="$(dirname "$(readlink -f "$(command -v pg_ctl)")")"
+    if [[ -x "$dir/initdb" && -x "$dir/pg_isready" && -x "$dir/psql" ]]; then
+      echo "$dir"
+      return 0
+    fi
   fi
   # Debian keeps the server binaries off PATH, one directory per major version.
-  local dir
   dir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
-  if [[ -n "$dir" && -x "$dir/initdb" && -x "$dir/pg_ctl" ]]; then
+  if [[ -n "$dir" && -x "$dir/initdb" && -x "$dir/pg_ctl" && -x "$dir/pg_isready" ]]; then
     echo "$dir"
     return 0
   fi

@@ -1,0 +1,28 @@
+"""The trace store: every answer's trace, chat sessions and conversation memory, in SQLite or PostgreSQL.
+
+store = TraceStore.from_settings(settings)   # schema made by `rag db upgrade`, never implicitly
+trace_id = store.save_trace(trace)           # the `rag ask --json` dict
+assert store.get_trace(trace_id) == trace
+"""
+
+from rag.tracestore.db import current_revision, downgrade, upgrade
+from rag.tracestore.repository import (
+    DatabaseNotInitialised,
+    InvalidTrace,
+    SchemaOutOfDate,
+    SessionNotFound,
+    TraceNotFound,
+    TraceStore,
+)
+
+__all__ = [
+    "DatabaseNotInitialised",
+    "InvalidTrace",
+    "SchemaOutOfDate",
+    "SessionNotFound",
+    "TraceNotFound",
+    "TraceStore",
+    "current_revision",
+    "downgrade",
+    "upgrade",
+]

@@ -1,0 +1,341 @@
+"""``rag db ...`` (migrations) and ``rag traces ...`` (inspect stored traces).
+
+Mounted by ``rag/cli.py``: ``app.add_typer(db_app, name="db")`` and ``app.add_typer(traces_app, name="traces")``.
+Errors meant for users (:class:`rag.errors.RagError`) print their message to stderr and exit 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from datetime import date, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rag.config import Settings, load_settings
+from rag.errors import RagError
+from rag.tracestore import db
+from rag.tracestore.repository import TraceStore
+
+db_app = typer.Typer(help="Create and migrate the trace database.", no_args_is_help=True)
+traces_app = typer.Typer(help="List, show and export stored answer traces.", no_args_is_help=True)
+
+
+def _parse_when(value: str | None) -> date | datetime | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value) if len(value.strip()) == 10 else datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO date (2025-03-01) or datetime (2025-03-01T09:30)"
+        ) from exc
+
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data directory (default: RAG_DATA_DIR or .rag).", show_default=False),
+]
+UserOption = Annotated[str | None, typer.Option("--user", help="Only this user's answers.")]
+SinceOption = Annotated[
+    str | None, typer.Option("--since", help="From this ISO date or datetime (inclusive, UTC if no offset).")
+]
+UntilOption = Annotated[
+    str | None, typer.Option("--until", help="Before this datetime; a date includes that whole day.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    try:
+        yield
+    except RagError as err:
+        typer.echo(err.user_message(), err=True)
+        raise typer.Exit(1) from None
+
+
+def _settings(data_dir: Path | None) -> Settings:
+    return load_settings(data_dir=data_dir)
+
+
+@contextlib.contextmanager
+def _store(data_dir: Path | None) -> Iterator[TraceStore]:
+    store = TraceStore.from_settings(_settings(data_dir))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# -- rag db ---------------------------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    data_dir: DataDirOption = None,
+) -> None:
+    """Create or migrate the trace database. Run once per deploy, before starting the app."""
+    with _user_errors():
+        settings = _settings(data_dir)
+        now = db.upgrade(settings, revision)
+        typer.echo(f"Trace database at revision {now}: {db.display_url(settings.sqlalchemy_url)}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision; 'base' drops every table.")],
+    data_dir: DataDirOption = None,
+) -> None:
+    """Migrate the trace database down to REVISION."""
+    with _user_errors():
+        settings = _settings(data_dir)
+        now = db.downgrade(settings, revision)
+        typer.echo(f"Trace database at revision {now or 'base'}: {db.display_url(settings.sqlalchemy_url)}")
+
+
+@db_app.command("current")
+def db_current(data_dir: DataDirOption = None) -> None:
+    """Show the trace database's schema revision."""
+    with _user_errors():
+        settings = _settings(data_dir)
+        now = db.current_revision(settings)
+        head = db.head_revision()
+        state = "not initialised (run `rag db upgrade`)" if now is None else now
+        if now is not None and now == head:
+            state += " (head)"
+        elif now is not None:
+            state += f" (head is {head}: run `rag db upgrade`)"
+        typer.echo(f"{state}: {db.display_url(settings.sqlalchemy_url)}")
+
+
+# -- rag traces -----------------------------------------------------------------------------------------------
+
+
+@traces_app.command("list")
+def traces_list(
+    user: UserOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    abstained: Annotated[
+        bool | None, typer.Option("--abstained/--no-abstained", help="Only abstentions / only answers.")
+    ] = None,
+    failed_citations: Annotated[
+        bool, typer.Option("--failed-citations", help="Only answers with an invalid or unsupported citation.")
+    ] = False,
+    doc: Annotated[
+        str | None, typer.Option("--doc", help="Only answers with evidence from this doc_id.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
+    as_json: JsonOption = False,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Recent answers, newest first."""
+    start, end = _parse_when(since), _parse_when(until)
+    with _user_errors(), _store(data_dir) as store:
+        rows = store.list_traces(
+            user=user,
+            since=start,
+            until=end,
+            abstained=abstained,
+            failed_citations=True if failed_citations else None,
+            doc_id=doc,
+            limit=limit,
+        )
+    if as_json:
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    console = Console()
+    if not rows:
+        console.print("No traces match.")
+        return
+    cells = []
+    for row in rows:
+        flags = [
+            name
+            for name, on in (
+                ("abstained", row["abstained"]),
+                ("failed-citation", row["has_failed_citation"]),
+                ("error", row["error"]),
+            )
+            if on
+        ]
+        cells.append(
+            (
+                row["created_at"][:16].replace("T", " "),
+                row["trace_id"],
+                row["user"] or "",
+                row["question"] or "",
+                ", ".join(flags),
+                "" if row["total_ms"] is None else f"{row['total_ms']:.0f}",
+            )
+        )
+    # Every column but the question keeps its full width; the question gets what is left, cut with an ellipsis.
+    headers = ("created (UTC)", "trace id", "user", "question", "flags", "ms")
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    fixed = sum(w for i, w in enumerate(widths) if headers[i] != "question") + 3 * len(headers) + 2
+    table = Table(box=box.SIMPLE_HEAD)
+    for i, name in enumerate(headers):
+        if name == "question":
+            table.add_column(
+                name, no_wrap=True, overflow="ellipsis", max_width=max(12, console.width - fixed)
+            )
+        else:
+            table.add_column(
+                name, no_wrap=True, min_width=widths[i], justify="right" if name == "ms" else "left"
+            )
+    for c in cells:
+        table.add_row(*(escape(v) for v in c))
+    console.print(table)
+
+
+@traces_app.command("show")
+def traces_show(
+    trace_id: Annotated[str, typer.Argument(help="The trace id (see `rag traces list`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the stored trace as JSON, exactly.")] = False,
+    data_dir: DataDirOption = None,
+) -> None:
+    """One answer's trace: question, answer, final order, citations, drops, timings."""
+    with _user_errors(), _store(data_dir) as store:
+        trace = store.get_trace(trace_id)
+    if as_json:
+        typer.echo(json.dumps(trace, ensure_ascii=False, indent=2))
+        return
+    _print_trace(Console(), trace)
+
+
+@traces_app.command("export")
+def traces_export(
+    out: Annotated[Path | None, typer.Option("--out", help="JSONL file to write (default: stdout).")] = None,
+    user: UserOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Full traces as JSON Lines, oldest first."""
+    start, end = _parse_when(since), _parse_when(until)
+    count = 0
+    with _user_errors(), _store(data_dir) as store:
+        traces = store.export_traces(user=user, since=start, until=end)
+        if out is None:
+            for trace in traces:
+                sys.stdout.write(json.dumps(trace, ensure_ascii=False) + "\n")
+                count += 1
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open("w", encoding="utf-8") as fh:
+                for trace in traces:
+                    fh.write(json.dumps(trace, ensure_ascii=False) + "\n")
+                    count += 1
+    typer.echo(f"Exported {count} trace(s){'' if out is None else f' to {out}'}.", err=True)
+
+
+def _list(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return escape(str(value))
+
+
+def _print_trace(console: Console, trace: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]Trace[/bold] {escape(str(trace.get('trace_id')))}  {escape(str(trace.get('created_at')))}"
+    )
+    who = f"{trace.get('user')} ({', '.join(map(str, trace.get('groups') or []))})"
+    console.print(f"[bold]User[/bold] {escape(who)}   [bold]as of[/bold] {escape(str(trace.get('as_of')))}")
+    setup = " · ".join(
+        f"{k}={trace.get(k)}"
+        for k in ("model", "reranker", "packing", "generation_mode")
+        if trace.get(k) is not None
+    )
+    if setup:
+        console.print(escape(setup))
+    console.print()
+    console.print("[bold]Question[/bold]")
+    console.print(escape(str(trace.get("question") or "")))
+    console.print()
+    if trace.get("abstained"):
+        console.print(
+            f"[bold yellow]Abstained[/bold yellow]: {escape(str(trace.get('abstain_reason') or ''))}"
+        )
+    if trace.get("error"):
+        console.print(f"[bold red]Error[/bold red]: {escape(str(trace['error']))}")
+    console.print("[bold]Answer[/bold]")
+    console.print(escape(str(trace.get("answer") or "")) or "[dim](empty)[/dim]")
+    console.print()
+
+    evidence = _list(trace.get("evidence"))
+    table = Table(title="Final order (evidence)", title_justify="left")
+    for name in ("n", "chunk", "title / section", "page", "rerank", "bundle", "cited"):
+        table.add_column(name, justify="right" if name in ("n", "page", "rerank", "bundle") else "left")
+    for item in evidence:
+        place = str(item.get("section") or item.get("title") or "")
+        table.add_row(
+            _fmt(item.get("n")),
+            _fmt(str(item.get("chunk_id") or "")[:12]),
+            escape(place),
+            _fmt(item.get("page")),
+            _fmt(item.get("rerank_score")),
+            _fmt(item.get("bundle")),
+            "yes" if item.get("cited") else "",
+        )
+    console.print(table)
+
+    citations = _list(trace.get("citations"))
+    if citations:
+        table = Table(title="Citations", title_justify="left")
+        for name in ("n", "valid", "supported", "score", "sentence"):
+            table.add_column(name, ratio=1 if name == "sentence" else None)
+        for c in citations:
+            table.add_row(
+                _fmt(c.get("n")),
+                "yes" if c.get("valid") else "[red]no[/red]",
+                "yes" if c.get("supported") else "[red]no[/red]",
+                _fmt(c.get("support_score"), 2),
+                _fmt(c.get("sentence")),
+            )
+        console.print(table)
+
+    dropped = _list(trace.get("dropped"))
+    if dropped:
+        table = Table(title="Dropped", title_justify="left")
+        for name in ("chunk", "stage", "reason"):
+            table.add_column(name)
+        for d in dropped:
+            table.add_row(
+                _fmt(str(d.get("chunk_id") or "")[:12]), _fmt(d.get("stage")), _fmt(d.get("reason"))
+            )
+        console.print(table)
+
+    timings = trace.get("timings_ms")
+    if isinstance(timings, dict) and timings:
+        table = Table(title="Timings (ms)", title_justify="left")
+        table.add_column("stage")
+        table.add_column("ms", justify="right")
+        for stage, ms in timings.items():
+            table.add_row(escape(stage), _fmt(ms, 1))
+        console.print(table)
+    tokens = trace.get("tokens")
+    if isinstance(tokens, dict):
+        console.print("Tokens: " + escape(", ".join(f"{k}={v}" for k, v in tokens.items())))
+    candidates = _list(trace.get("candidates"))
+    console.print(
+        f"{len(candidates)} candidates, {len(evidence)} in the final order. `--json` shows everything."
+    )
+
+
+__all__ = ["db_app", "traces_app"]
