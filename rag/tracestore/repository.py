@@ -619,6 +619,11 @@ class TraceStore:
             f"Database not initialised: run `rag db upgrade` ({display_url(self.url)})."
         )
 
+    def check_ready(self) -> None:
+        """Raise a StorageError a user can act on unless the database exists at the expected revision."""
+        with self._errors("open the trace database"):
+            self._check_schema()
+
     def _check_schema(self) -> None:
         """Once per store: the tables exist and are at the revision this code was written for."""
         if self._schema_checked:
