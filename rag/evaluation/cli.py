@@ -1,0 +1,392 @@
+"""``rag eval``: position-sensitivity sweeps and end-to-end answer quality. Mounted by ``rag.cli`` as ``eval``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rag.errors import ConfigurationError, RagError
+
+eval_app = typer.Typer(
+    help="Evaluate: position-sensitivity sweeps (`position`) and end-to-end answer quality (`qa`).",
+    no_args_is_help=True,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _user_errors(func: F) -> F:
+    """RagErrors become a message with exit status 1, never a traceback (as in ``rag.cli``)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RagError as exc:
+            typer.echo(f"Error: {exc.user_message()}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("Interrupted.", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _progress(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A transient progress bar on stderr when it is a terminal; nothing otherwise (scripts, tests)."""
+    if not enabled or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    task = bar.add_task("runs", total=None)
+    bar.start()
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def _settings(data_dir: Path | None) -> Any:
+    from rag.config import load_settings
+
+    return load_settings(data_dir=data_dir)
+
+
+# ------------------------------------------------------------------------------------------------ position
+def sweep_tables(result: Any) -> list[Table]:
+    from rag.evaluation.position import length_json
+
+    cells = Table(
+        title=f"Position sweep: {result.model or result.generator}, {result.n_questions} question(s)"
+    )
+    conf = result.config.get("confidence", 0.95)
+    for col in (
+        "length",
+        "cell",
+        "depth",
+        "pos",
+        "n",
+        "acc %",
+        f"{conf:.0%} CI",
+        "strict %",
+        "cite %",
+        "abstain %",
+        "prompt tok",
+        "ms",
+        "cost",
+    ):
+        cells.add_column(col, justify="left" if col == "cell" else "right")
+    for c in result.cells:
+        cells.add_row(
+            str(length_json(c.length)),
+            c.label,
+            "-" if c.depth is None else f"{100 * c.depth:.0f}%",
+            "-" if c.position is None else f"{c.position:.3g}",
+            str(c.n),
+            _pct(c.accuracy),
+            f"{_pct(c.ci_low)}-{_pct(c.ci_high)}",
+            _pct(c.strict_accuracy),
+            _pct(c.citation_accuracy),
+            _pct(c.abstention_rate),
+            f"{c.prompt_tokens:.0f}",
+            f"{c.latency_ms:.1f}",
+            f"{c.cost:.4g}",
+        )
+    comps = Table(title=f"Paired comparisons ({result.config.get('test', 'mcnemar')})")
+    for col in ("a", "b", "pairs", "diff", "p", "verdict", "runs needed"):
+        comps.add_column(col)
+    for cmp in result.comparisons:
+        verdict = "[yellow]within noise[/]" if cmp.within_noise else "[green]different[/]"
+        comps.add_row(
+            cmp.a,
+            cmp.b,
+            str(cmp.n_pairs),
+            f"{100 * cmp.diff:+.1f}",
+            f"{cmp.p_value:.3g}",
+            verdict,
+            "-" if cmp.runs_needed is None else str(cmp.runs_needed),
+        )
+    return [cells, comps] if result.comparisons else [cells]
+
+
+@eval_app.command("position")
+@_user_errors
+def position(
+    questions: Annotated[
+        Path | None,
+        typer.Option(
+            "--questions",
+            help="Questions JSONL (ours), a paper file (nq-open-*.jsonl.gz, kv-retrieval-*.jsonl.gz) or a frozen file. Default: the sample corpus questions.",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir", help="Indexed corpus the questions are frozen against. Env: RAG_DATA_DIR."
+        ),
+    ] = None,
+    frozen: Annotated[
+        Path | None, typer.Option("--frozen", help="Reuse a frozen evidence file (reproducible sweep).")
+    ] = None,
+    freeze_out: Annotated[
+        Path | None, typer.Option("--freeze-out", help="Write the frozen evidence sets here.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto|ours|paper-qa|paper-kv|frozen")] = "auto",
+    distractors: Annotated[
+        str,
+        typer.Option(
+            "--distractors", help="retrieved (the question's own candidates) | pool (random index chunks)"
+        ),
+    ] = "retrieved",
+    retrieval: Annotated[
+        str, typer.Option("--retrieval", help="pipeline (full query path ranking) | lexical (BM25 only)")
+    ] = "pipeline",
+    limit: Annotated[int | None, typer.Option("--limit", help="At most N questions.")] = None,
+    depths: Annotated[str, typer.Option("--depths", help="Gold depths in percent.")] = "0,25,50,75,100",
+    positions: Annotated[
+        str | None,
+        typer.Option(
+            "--positions", help="Explicit 1-based gold positions (replace --depths), e.g. 1,5,10,15,20."
+        ),
+    ] = None,
+    lengths: Annotated[
+        str,
+        typer.Option(
+            "--lengths", help="Context lengths: passages (10,20,30) or tokens of passage text (2000t, 4k)."
+        ),
+    ] = "10,20,30",
+    strategies: Annotated[
+        str, typer.Option("--strategies", help="Packing strategies to compare ('' for none).")
+    ] = "edges,best_first,best_last,document_order",
+    control: Annotated[
+        bool, typer.Option("--control/--no-control", help="Include the control with the gold removed.")
+    ] = True,
+    spacing: Annotated[
+        bool, typer.Option("--spacing/--no-spacing", help="Spacing variants for multi-source questions.")
+    ] = True,
+    repeats: Annotated[int, typer.Option("--repeats", help="Runs per variant.")] = 1,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    generator: Annotated[
+        str | None,
+        typer.Option(
+            "--generator",
+            help="openai|extractive|simulated (default: openai when RAG_LLM_BASE_URL is set, else extractive).",
+        ),
+    ] = None,
+    curve: Annotated[
+        str | None, typer.Option("--curve", help="Simulated accuracy by depth d in [0,1].")
+    ] = None,
+    scorer: Annotated[
+        str, typer.Option("--scorer", help="Extractive sentence scorer: auto|embedding|lexical.")
+    ] = "auto",
+    abstain_rate: Annotated[
+        float, typer.Option("--abstain-rate", help="Simulated: abstention probability on the control.")
+    ] = 0.8,
+    grader: Annotated[
+        str,
+        typer.Option(
+            "--grader", help="paper|normalised|strict (the 'accuracy' column; strict is always reported too)."
+        ),
+    ] = "normalised",
+    prompt: Annotated[
+        str, typer.Option("--prompt", help="rag (production prompt, cited) | paper (Liu et al. template).")
+    ] = "rag",
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens")] = None,
+    price_prompt: Annotated[float, typer.Option("--price-prompt", help="Cost per 1M prompt tokens.")] = 0.0,
+    price_completion: Annotated[
+        float, typer.Option("--price-completion", help="Cost per 1M completion tokens.")
+    ] = 0.0,
+    test: Annotated[
+        str, typer.Option("--test", help="Paired test: mcnemar (exact) | midp | bootstrap.")
+    ] = "mcnemar",
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.05,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel LLM calls.")] = 1,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write cells.csv, comparisons.csv, runs.jsonl, sweep.json and position-sweep.png here.",
+        ),
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the plot PNG here.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: {cells, comparisons, ...}.")
+    ] = False,
+) -> None:
+    """Freeze retrieval, move the gold passage, and measure accuracy by position with confidence intervals."""
+    from rag.evaluation.generators import DEFAULT_CURVE
+    from rag.evaluation.plot import save_figure
+    from rag.evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep, save_sweep
+
+    settings = _settings(data_dir)
+    if generator is None:
+        generator = "openai" if settings.llm_configured else "extractive"
+    config = SweepConfig(
+        questions=questions,
+        frozen=frozen,
+        freeze_out=freeze_out,
+        data_dir=data_dir,
+        format=fmt,
+        distractors=distractors,
+        retrieval=retrieval,
+        limit=limit,
+        depths=parse_depths(depths),
+        positions=parse_ints(positions, "positions") if positions else (),
+        lengths=tuple(x.strip() for x in lengths.split(",") if x.strip()),
+        strategies=tuple(x.strip() for x in strategies.split(",") if x.strip()),
+        control=control,
+        spacing=spacing,
+        repeats=repeats,
+        seed=seed,
+        generator=generator,
+        curve=curve or DEFAULT_CURVE,
+        scorer=scorer,
+        abstain_rate=abstain_rate,
+        grader=grader,
+        prompt=prompt,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        price_prompt=price_prompt,
+        price_completion=price_completion,
+        test=test,
+        alpha=alpha,
+        workers=workers,
+    )
+    if curve is not None and generator != "simulated":
+        raise ConfigurationError("--curve only applies to --generator simulated.")
+    update, stop = _progress(True)
+    try:
+        result = run_sweep(config, settings=settings, progress=update)
+    finally:
+        stop()
+    written = save_sweep(result, out) if out is not None else {}
+    if plot is not None:
+        written["plot_file"] = save_figure(result, plot)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        return
+    console = Console()
+    for table in sweep_tables(result):
+        console.print(table)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for name, path in written.items():
+        console.print(f"[dim]{name}: {path}[/]")
+
+
+# ------------------------------------------------------------------------------------------------ qa
+def qa_table(report: Any) -> Table:
+    """Metrics as rows, question types as columns; each cell: rate, k/n and the 95% Wilson interval."""
+    rows = [
+        ("accuracy", "accuracy"),
+        ("strict accuracy", "strict_accuracy"),
+        ("retrieval recall", "retrieval_recall"),
+        ("evidence recall", "evidence_recall"),
+        ("best gold at edge", "best_gold_at_edge"),
+        ("citations valid", "citation_validity"),
+        ("abstention precision", "abstention_precision"),
+        ("abstention recall", "abstention_recall"),
+    ]
+    summaries = {**report.types, "overall": report.overall}
+    table = Table(
+        title="Answer quality by question type: rate %, k/n, [95% Wilson interval]", show_lines=True
+    )
+    table.add_column("metric")
+    for name, summary in summaries.items():
+        table.add_column(
+            f"{name}\n(n={summary['n']})", justify="right", style="bold" if name == "overall" else None
+        )
+
+    def fmt(m: dict[str, Any]) -> str:
+        if not m["n"]:
+            return "-"
+        return f"{_pct(m['rate'])} {m['k']}/{m['n']}\n[{_pct(m['ci_low'])}-{_pct(m['ci_high'])}]"
+
+    for label, key in rows:
+        table.add_row(label, *[fmt(summary[key]) for summary in summaries.values()])
+    return table
+
+
+@eval_app.command("qa")
+@_user_errors
+def qa(
+    questions: Annotated[
+        Path | None,
+        typer.Option(
+            "--questions", help="Questions JSONL with gold quotes. Default: the sample corpus questions."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Indexed corpus. Env: RAG_DATA_DIR.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most N questions.")] = None,
+    user: Annotated[str, typer.Option("--user", help="Who asks when a record names no user.")] = "eval",
+    packing: Annotated[
+        str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")
+    ] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
+    llm: Annotated[
+        bool | None, typer.Option("--llm/--no-llm", help="Use the configured LLM (default: when configured).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report.json and questions.jsonl here.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: {types, overall, questions}.")
+    ] = False,
+) -> None:
+    """Run questions through the query path and report answer and evidence quality per question type."""
+    from rag.evaluation.datasets import default_questions_path, load_questions
+    from rag.evaluation.qa import run_qa
+    from rag.pipeline import Pipeline, PipelineOptions
+
+    settings = _settings(data_dir)
+    path = questions or default_questions_path()
+    qs = load_questions(path)
+    if limit:
+        qs = qs[:limit]
+    if not qs:
+        raise ConfigurationError(f"No questions in {path}.")
+    pipeline = Pipeline(settings)
+    update, stop = _progress(True)
+    try:
+        report = run_qa(
+            qs,
+            pipeline,
+            options=PipelineOptions(packing=packing, evidence_k=k, use_llm=llm),
+            default_user=user,
+            progress=update,
+        )
+    finally:
+        stop()
+    report.meta = {
+        "questions": str(path),
+        "data_dir": str(settings.data_dir),
+        "packing": packing or settings.packing,
+        "generation": "llm" if (pipeline.llm is not None and llm is not False) else "extractive",
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
+        with open(out / "questions.jsonl", "w") as fh:
+            for row in report.rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        return
+    Console().print(qa_table(report))

@@ -1,0 +1,354 @@
+"""Generators a sweep can run: any OpenAI-compatible model, the offline extractive generator, and a simulated
+model whose accuracy by depth follows a known curve (so tests can prove the harness recovers it).
+
+A generator sees one ``Trial`` (the evidence set, the variant, its rendered prompt and the repeat index) and
+returns an ``Output``; grading happens in the sweep, never here.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rag.errors import ConfigurationError, GenerationError, RagError
+from rag.text import bm25_tokens, count_tokens
+from rag.types import Evidence, Prompt
+
+if TYPE_CHECKING:
+    from rag.evaluation.datasets import EvidenceSet
+    from rag.evaluation.position import Variant
+
+GENERATORS = ("openai", "extractive", "simulated")
+DEFAULT_CURVE = "0.60 + 0.35 * (2*d - 1)**2"
+SIMULATED_ABSTENTION = "The provided evidence does not answer this question."
+
+
+@dataclass(frozen=True)
+class Trial:
+    es: EvidenceSet
+    variant: Variant
+    prompt: Prompt
+    evidence: tuple[
+        Evidence, ...
+    ]  # the variant's passages as numbered Evidence (empty for non-passage prompts)
+    repeat: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Output:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    error: str | None = None
+
+
+class Generator(Protocol):
+    name: str
+
+    def generate(self, trial: Trial) -> Output: ...
+
+
+@lru_cache(maxsize=4096)
+def _tokens(text: str) -> int:
+    return count_tokens(text)
+
+
+# ------------------------------------------------------------------------------------------------ curve parsing
+_BINOPS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
+}
+_UNARY: dict[type, Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCS: dict[str, Callable[..., float]] = {
+    "abs": abs,
+    "min": min,
+    "max": max,
+    "exp": math.exp,
+    "log": math.log,
+    "sqrt": math.sqrt,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tanh": math.tanh,
+}
+_CONSTS = {"pi": math.pi, "e": math.e}
+
+
+def compile_curve(expr: str) -> Callable[[float], float]:
+    """A safe ``f(d)`` from an expression in ``d`` (depth, 0..1): numbers, + - * / ** %, unary minus,
+    abs/min/max/exp/log/sqrt/sin/cos/tanh, pi and e. Anything else (names, attributes, calls of other
+    functions) is refused. The result is clipped to [0, 1]: it is a probability."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ConfigurationError(
+            f"Curve {expr!r} is not an expression: {exc.msg}.", hint="e.g. --curve '0.6 + 0.35*(2*d-1)**2'"
+        ) from None
+
+    def check(node: ast.AST) -> None:
+        number = isinstance(node, ast.Constant) and type(node.value) in (int, float)
+        variable = isinstance(node, ast.Name) and (node.id == "d" or node.id in _CONSTS)
+        if isinstance(node, ast.Expression):
+            check(node.body)
+        elif number or variable:
+            return
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            check(node.left)
+            check(node.right)
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            check(node.operand)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCS
+            and not node.keywords
+        ):
+            for arg in node.args:
+                check(arg)
+        else:
+            raise ConfigurationError(
+                f"Curve {expr!r} uses {type(node).__name__}, which is not allowed.",
+                hint="Use numbers, d, + - * / ** %, and abs/min/max/exp/log/sqrt/sin/cos/tanh.",
+            )
+
+    check(tree)
+
+    def ev(node: ast.AST, d: float) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body, d)
+        if isinstance(node, ast.Constant):
+            return float(node.value)  # type: ignore[arg-type]  # check() admitted only int and float
+        if isinstance(node, ast.Name):
+            return d if node.id == "d" else _CONSTS[node.id]
+        if isinstance(node, ast.BinOp):
+            left, right = ev(node.left, d), ev(node.right, d)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ConfigurationError(f"Curve {expr!r}: exponent {right} is too large.")
+            return _BINOPS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp):
+            return _UNARY[type(node.op)](ev(node.operand, d))
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        return float(_FUNCS[node.func.id](*[ev(a, d) for a in node.args]))
+
+    def curve(d: float) -> float:
+        try:
+            value = float(ev(tree, float(d)))
+        except (ZeroDivisionError, ValueError, OverflowError) as exc:
+            raise ConfigurationError(f"Curve {expr!r} fails at d={d}: {exc}.") from None
+        return min(1.0, max(0.0, value))
+
+    for probe in (0.0, 0.5, 1.0):  # fail at start-up, not in the middle of a sweep
+        curve(probe)
+    return curve
+
+
+# ------------------------------------------------------------------------------------------------ simulated
+class SimulatedGenerator:
+    """Answers correctly with probability ``curve(depth)`` of the gold passage (the lowest over several gold
+    passages: the hardest-placed one limits the answer), otherwise gives a wrong answer citing a distractor.
+    With the gold absent (the control) it abstains with probability ``abstain_rate``, else invents a wrong
+    answer. Draws are seeded by (seed, question, cell, repeat): a sweep is reproducible run for run."""
+
+    name = "simulated"
+
+    def __init__(self, curve: str = DEFAULT_CURVE, *, abstain_rate: float = 0.8, seed: int = 0) -> None:
+        self.expr = curve
+        self.curve = compile_curve(curve)
+        if not 0.0 <= abstain_rate <= 1.0:
+            raise ConfigurationError(f"abstain rate must be in [0, 1], got {abstain_rate}")
+        self.abstain_rate = abstain_rate
+        self.seed = seed
+
+    @property
+    def model(self) -> str:
+        return f"simulated({self.expr})"
+
+    def p_correct(self, variant: Variant) -> float:
+        depths = variant.gold_depths
+        return min(self.curve(d) for d in depths) if depths else 0.0
+
+    def generate(self, trial: Trial) -> Output:
+        start = time.perf_counter()
+        v, es = trial.variant, trial.es
+        rng = random.Random(f"{self.seed}:{trial.seed}:{es.qid}:{v.length}:{v.label}:{trial.repeat}")
+        u = rng.random()
+        gold_n = [i + 1 for i in v.gold_positions]
+        other_n = [i + 1 for i, p in enumerate(v.passages) if not p.gold]
+        if not gold_n and u < self.abstain_rate:
+            text = SIMULATED_ABSTENTION
+        elif gold_n and u < self.p_correct(v):
+            text = _say(es, gold_answer(es), gold_n[0])
+        else:
+            text = _say(es, _wrong_answer(es, rng), other_n[0] if other_n else None)
+        return Output(
+            text, self.model, trial.prompt.n_tokens, _tokens(text), (time.perf_counter() - start) * 1000
+        )
+
+
+def gold_answer(es: EvidenceSet) -> str:
+    """A right answer: the first gold string, or one alternative of every group for compound questions."""
+    if es.all_of:
+        return " and ".join(group[0] for group in es.all_of if group)
+    return es.answers[0] if es.answers else ""
+
+
+def _say(es: EvidenceSet, answer: str, n: int | None) -> str:
+    if es.kind == "kv":
+        return answer
+    return f"{answer} [{n}]." if n is not None else f"{answer}."
+
+
+def _wrong_answer(es: EvidenceSet, rng: random.Random) -> str:
+    from rag.evaluation.graders import normalised_match
+
+    options = [w for w in es.wrong_answers if not normalised_match(w, es.answers)]
+    return rng.choice(options) if options else "It is 1,000 units"
+
+
+# ------------------------------------------------------------------------------------------------ extractive
+ScoreFn = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+def lexical_scores(query: str, sentences: Sequence[str]) -> list[float]:
+    """Share of the query's content tokens each sentence holds: a sentence scorer with no model."""
+    q = set(bm25_tokens(query))
+    return [len(q & set(bm25_tokens(s))) / len(q) if q else 0.0 for s in sentences]
+
+
+class EmbeddingScorer:
+    """Sentence relevance as ``Pipeline.sentence_scores`` computes it (0.7 x dense cosine + 0.3 x lexical
+    coverage), with sentence vectors cached: a sweep shows the same passages in many variants."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+        self._vectors: dict[str, Any] = {}
+
+    def _embed(self, texts: Sequence[str]) -> list[Any]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            for text, vector in zip(missing, self.embedder.embed_queries(missing), strict=True):
+                self._vectors[text] = vector
+        return [self._vectors[t] for t in texts]
+
+    def __call__(self, query: str, sentences: Sequence[str]) -> list[float]:
+        if not sentences:
+            return []
+        q, *vs = self._embed([query, *sentences])
+        lexical = lexical_scores(query, sentences)
+        return [float(0.7 * float(v @ q) + 0.3 * lex) for v, lex in zip(vs, lexical, strict=True)]
+
+
+class ExtractiveGenerator:
+    """The offline generator of the query path (``rag.stages.extractive``): quotes the best-scoring evidence
+    sentences with their [n]. Position-insensitive by construction, so it is a baseline, not a model test."""
+
+    name = "extractive"
+
+    def __init__(self, score: ScoreFn | None = None, *, max_sentences: int = 3) -> None:
+        self.score = score or lexical_scores
+        self.max_sentences = max_sentences
+        self.model = "extractive"
+
+    def generate(self, trial: Trial) -> Output:
+        from rag.stages.extractive import extractive_answer
+        from rag.stages.intents import split_intents
+
+        if trial.es.kind != "qa":
+            raise ConfigurationError(
+                "The extractive generator answers passage questions, not key-value lookups."
+            )
+        start = time.perf_counter()
+        question = trial.es.question
+        generated = extractive_answer(
+            question,
+            split_intents(question),
+            trial.evidence,
+            score=self.score,
+            max_sentences=self.max_sentences,
+        )
+        return Output(
+            generated.text,
+            generated.model,
+            trial.prompt.n_tokens,
+            _tokens(generated.text),
+            (time.perf_counter() - start) * 1000,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ LLM
+class LLMGenerator:
+    """Any OpenAI-compatible chat model through ``rag.llm.LLMClient``. Failures become an ``Output`` with
+    ``error`` set (graded as wrong and counted per cell), so one timeout does not end a long sweep."""
+
+    name = "openai"
+
+    def __init__(self, client: Any, *, max_tokens: int | None = None, temperature: float = 0.0) -> None:
+        self.client = client
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.model = str(getattr(client, "model", "llm"))
+
+    def generate(self, trial: Trial) -> Output:
+        start = time.perf_counter()
+        try:
+            g = self.client.complete(trial.prompt, max_tokens=self.max_tokens, temperature=self.temperature)
+        except RagError as exc:
+            return Output(
+                "",
+                self.model,
+                trial.prompt.n_tokens,
+                0,
+                (time.perf_counter() - start) * 1000,
+                error=exc.user_message(),
+            )
+        ms = (time.perf_counter() - start) * 1000
+        return Output(
+            g.text, g.model, g.prompt_tokens or trial.prompt.n_tokens, g.completion_tokens, ms, g.error
+        )
+
+
+def make_generator(
+    name: str,
+    *,
+    settings: Any = None,
+    curve: str = DEFAULT_CURVE,
+    abstain_rate: float = 0.8,
+    seed: int = 0,
+    temperature: float = 0.0,
+    max_tokens: int | None = None,
+    score: ScoreFn | None = None,
+    client: Any = None,
+) -> Generator:
+    if name == "simulated":
+        return SimulatedGenerator(curve, abstain_rate=abstain_rate, seed=seed)
+    if name == "extractive":
+        return ExtractiveGenerator(score)
+    if name == "openai":
+        if client is None:
+            from rag.llm import LLMClient
+
+            if settings is None:
+                from rag.config import load_settings
+
+                settings = load_settings()
+            client = LLMClient.from_settings(settings)
+            if client is None:
+                raise GenerationError(
+                    "No LLM is configured for --generator openai.",
+                    hint="Set RAG_LLM_BASE_URL (and RAG_LLM_MODEL), or use --generator extractive|simulated.",
+                )
+        return LLMGenerator(client, max_tokens=max_tokens, temperature=temperature)
+    raise ConfigurationError(f"Unknown generator {name!r}; expected one of {', '.join(GENERATORS)}.")
