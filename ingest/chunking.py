@@ -76,35 +76,61 @@ class _Section:
 def chunk_document(doc: SourceDocument, settings: Settings) -> list[Chunk]:
     """Chunks of ``doc`` in document order, with ids, links, section paths, pages and metadata filled in."""
     units = markdown_units(doc.pages) if doc.fmt == "markdown" else plain_units(doc.pages)
-    sections = _sections(units, doc.meta.title)
-    texts: list[tuple[str, str, int | None, int | None]] = []
-    for section in sections:
-        section_path = SECTION_SEP.join(section.path)
-        for pieces in _pack_section(section, settings):
-            text = _join(pieces)
-            pages = [p for piece in pieces for p in (piece.page, piece.page_end) if p is not None]
-            texts.append((text, section_path, min(pages) if pages else None, max(pages) if pages else None))
-    return _link(doc, texts)
+    drafts: list[_Draft] = []
+    for section in _sections(units, doc.meta.title):
+        path = SECTION_SEP.join(section.path)
+        for group in _pack_section(section, settings):
+            drafts.extend(_drafts(group, path, settings.chunk_max_tokens))
+    return _link(doc, drafts)
 
 
-def _link(doc: SourceDocument, texts: Sequence[tuple[str, str, int | None, int | None]]) -> list[Chunk]:
+@dataclass(frozen=True)
+class _Draft:
+    text: str
+    section: str
+    page: int | None
+    page_end: int | None
+    tokens: int
+
+
+def _drafts(group: list[_Piece], section: str, limit: int) -> list[_Draft]:
+    """Count each chunk once. Piece counts add up to the chunk's count; should one ever not, split again."""
+    text = _join(group)
+    tokens = count_tokens(text)
+    if tokens <= limit or len(group) == 1:
+        pages = [p for piece in group for p in (piece.page, piece.page_end) if p is not None]
+        return [_Draft(text, section, min(pages, default=None), max(pages, default=None), tokens)]
+    parts: list[list[_Piece]] = [[]]
+    size = 0
+    for piece in group:
+        if parts[-1] and size + piece.tokens > limit * 0.9:
+            parts.append([])
+            size = 0
+        parts[-1].append(piece)
+        size += piece.tokens
+    if len(parts) == 1:
+        parts = [group[: len(group) // 2], group[len(group) // 2 :]]
+    return [draft for part in parts for draft in _drafts(part, section, limit)]
+
+
+def _link(doc: SourceDocument, drafts: Sequence[_Draft]) -> list[Chunk]:
     seen: dict[str, int] = {}
     ids = []
-    for text, *_ in texts:
-        occurrence = seen.get(text, 0)
-        seen[text] = occurrence + 1
-        ids.append(chunk_id_for(doc.doc_id, text, occurrence))
+    for draft in drafts:
+        occurrence = seen.get(draft.text, 0)
+        seen[draft.text] = occurrence + 1
+        ids.append(chunk_id_for(doc.doc_id, draft.text, occurrence))
     meta = doc.meta
     return [
         Chunk(
             chunk_id=ids[i],
             doc_id=doc.doc_id,
-            text=text,
+            text=draft.text,
             source=doc.source,
             title=meta.title,
-            section=section,
-            page=page,
-            page_end=page_end,
+            section=draft.section,
+            page=draft.page,
+            page_end=draft.page_end,
             ordinal=i,
             prev_id=ids[i - 1] if i > 0 else None,
             next_id=ids[i + 1] if i + 1 < len(ids) else None,
@@ -113,9 +139,9 @@ def _link(doc: SourceDocument, texts: Sequence[tuple[str, str, int | None, int |
             expires=meta.expires,
             tags=meta.tags,
             doc_version=doc.version,
-            n_tokens=count_tokens(text),
+            n_tokens=draft.tokens,
         )
-        for i, (text, section, page, page_end) in enumerate(texts)
+        for i, draft in enumerate(drafts)
     ]
 
 
@@ -220,7 +246,7 @@ def _short(text: str) -> str:
 _NUMBERED = re.compile(r"^(\d{1,2}(?:\.\d{1,2}){0,4})(\.?)\s+(\S.*)$")
 _CONTROL = re.compile(r"^[A-Z]{1,6}-\d{1,3}[A-Za-z]?(?:\(\d{1,3}\))*\s+[-|:]\s+[A-Z(]")
 _NAMED = re.compile(
-    r"^(?:section|article|chapter|part|appendix|annex|attachment|schedule|exhibit)\s+[0-9A-Z]{1,4}\b[.:]?"
+    r"^(?:section|article|chapter|part|appendix|annex|attachment|schedule|exhibit)\s+[0-9A-Z]{1,4}(?:\.\d{1,3})*\b[.:]?"
     r"|^(?:appendix|appendices|annex|attachment|glossary)\b",
     re.I,
 )
@@ -252,7 +278,7 @@ def heading_level(line: str) -> tuple[int, bool] | None:
     named = _NAMED.match(line)
     if named and len(words) <= 12 and not line.endswith((".", ";", ",")):
         rest = line[named.end() :].lstrip()
-        if not rest or rest[0] in ":.-(" or rest[0].isupper() or rest[0].isdigit():
+        if not rest.strip(":.") or rest[0] in "-(" or rest[0].isupper():
             return 1, False
     if _all_caps(line) and len(words) <= 10 and not line.endswith((".", ",", ";")) and not _ITEM.match(line):
         letters = re.findall(r"[A-Za-z]+", line)
@@ -265,7 +291,7 @@ def heading_level(line: str) -> tuple[int, bool] | None:
 
 def _is_heading_title(title: str) -> bool:
     words = title.split()
-    if len(words) > 12 or title.endswith((".", ",", ";")) or ". " in title:
+    if len(words) > 12 or title.endswith((".", ",", ";", ":")) or ". " in title:
         return False
     return title[:1].isupper() or (title[:1] == "(" and title[1:2].isupper())
 
@@ -283,7 +309,6 @@ def plain_units(pages: Sequence[PageText]) -> list[_Unit]:
     current: _Unit | None = None
     last_short = False
     blank_before = False
-    numbered_depth = 0
 
     def flush() -> None:
         nonlocal current
@@ -292,49 +317,75 @@ def plain_units(pages: Sequence[PageText]) -> list[_Unit]:
             current = None
 
     for page in pages:
-        lines = page.text.split("\n")
-        while lines and not lines[0].strip():
+        lines = [" ".join(raw.split()) for raw in page.text.split("\n")]
+        while lines and not lines[0]:
             lines.pop(0)
-        first_on_page = True
-        for raw in lines:
-            line = " ".join(raw.split())
+        for i, line in enumerate(lines):
+            first_on_page = i == 0
             if not line:
                 flush()
                 blank_before = True
-                first_on_page = False
                 continue
+            short = len(line) < SHORT_LINE * width
+            continues = current is not None and _joins(current, line, last_short, first_on_page)
             level = heading_level(line)
+            if level is None and len(line) <= 80 and not continues and (blank_before or first_on_page):
+                alone = i + 1 == len(lines) or not lines[i + 1]
+                level = (0, False) if alone and _looks_like_title(line) else None
             if level is not None:
                 flush()
                 depth, numbered = level
-                if numbered:
-                    numbered_depth = depth
-                elif depth == 0:
-                    depth = numbered_depth + 1
-                else:
-                    numbered_depth = 0
+                new_block = blank_before or first_on_page
                 units.append(
-                    _Unit(line, "heading", page.number, page.number, True, depth, _short(line), numbered)
+                    _Unit(line, "heading", page.number, page.number, new_block, depth, _short(line), numbered)
                 )
                 blank_before = False
             elif _ITEM.match(line):
                 flush()
                 current = _Unit(line, "item", page.number, page.number, blank_before or first_on_page)
                 blank_before = False
-            elif current is not None and _joins(current, line, last_short, first_on_page):
+            elif current is not None and continues:
                 if page.number != current.page_end:
                     current.marks.append((len(current.text) + 1, page.number or 0))
                     current.page_end = page.number
                 current.text += " " + line
             else:
                 flush()
-                kind = "line" if len(line) < SHORT_LINE * width else "para"
+                kind = "line" if short else "para"
                 current = _Unit(line, kind, page.number, page.number, blank_before or first_on_page)
                 blank_before = False
-            last_short = len(line) < SHORT_LINE * width
-            first_on_page = False
+            last_short = short
     flush()
-    return _demote_heading_lists(units)
+    return _resolve_levels(_demote_heading_lists(units))
+
+
+def _resolve_levels(units: list[_Unit]) -> list[_Unit]:
+    """Level 0 means "one below the numbered heading in force"; a level-1 named heading ends numbering."""
+    numbered_depth = 0
+    for unit in units:
+        if unit.kind != "heading":
+            continue
+        if unit.numbered:
+            numbered_depth = unit.level
+        elif unit.level == 0:
+            unit.level = numbered_depth + 1
+        else:
+            numbered_depth = 0
+    return units
+
+
+def _looks_like_title(line: str) -> bool:
+    """A short line standing alone between blank lines that reads like a title: "Step 1: Request approval"."""
+    words = line.split()
+    letters = sum(c.isalpha() for c in line)
+    return (
+        len(words) <= 10
+        and letters >= 4
+        and line[0].isupper()
+        and not line.endswith((".", ",", ";", ":", "!", "?"))
+        and ". " not in line
+        and not _ITEM.match(line)
+    )
 
 
 SHORT_LINE = 0.6  # a line shorter than this share of the usual line width ends its paragraph
@@ -362,11 +413,22 @@ def _joins(current: _Unit, line: str, last_short: bool, first_on_page: bool) -> 
 
 
 def _demote_heading_lists(units: list[_Unit]) -> list[_Unit]:
-    """Numbered "headings" side by side with nothing between them are a list ("1. Apples", "2. Pears")."""
-    flags = [u.kind == "heading" and u.numbered and "." not in u.text.split()[0].rstrip(".") for u in units]
-    for i, flag in enumerate(flags):
-        if flag and ((i + 1 < len(units) and flags[i + 1]) or (i > 0 and flags[i - 1])):
-            units[i].kind = "item"
+    """A numbered "heading" next to the previous or next number of a list is a list item ("1. Go to ...")."""
+
+    def number(unit: _Unit) -> tuple[int, str] | None:
+        m = re.match(r"(\d{1,3})([.)])\s", unit.text)
+        return (int(m.group(1)), m.group(2)) if m and unit.kind in ("heading", "item") else None
+
+    numbers = [number(u) for u in units]
+    for i, unit in enumerate(units):
+        mine = numbers[i]
+        if unit.kind != "heading" or mine is None or _all_caps(unit.text):
+            continue
+        n, style = mine
+        after = numbers[i + 1] if i + 1 < len(units) else None
+        before = numbers[i - 1] if i > 0 else None
+        if after == (n + 1, style) or (before == (n - 1, style) and units[i - 1].kind == "item"):
+            unit.kind = "item"
     return units
 
 
@@ -399,7 +461,28 @@ def _sections(units: Sequence[_Unit], title: str) -> list[_Section]:
             sections[-1].body.extend(tail)
         else:
             sections.append(_Section(_path(title, []), [], tail))
-    return _absorb_preamble(sections)
+    return _merge_stubs(_absorb_preamble(sections))
+
+
+def _merge_stubs(sections: list[_Section]) -> list[_Section]:
+    """A section whose whole text is a fragment ("N/A", a repeated title) opens the next section instead."""
+    out: list[_Section] = []
+    carry: list[_Unit] = []
+    for i, section in enumerate(sections):
+        heads = carry + section.heads
+        carry = []
+        body = section.body
+        is_stub = (
+            i + 1 < len(sections)
+            and len(body) == 1
+            and len(body[0].text.split()) <= 3
+            and not _SENTENCE_END.search(body[0].text)
+        )
+        if is_stub:
+            carry = heads + [_Unit(u.text, "para", u.page, u.page_end, True) for u in section.body]
+            continue
+        out.append(_Section(section.path, heads, section.body))
+    return out
 
 
 def _path(title: str, stack: Sequence[_Unit]) -> tuple[str, ...]:
@@ -439,19 +522,7 @@ def _pack_section(section: _Section, settings: Settings) -> list[list[_Piece]]:
     groups = _best_split(pieces, head_tokens, settings)
     if heads and groups:
         groups[0] = heads + groups[0]
-    return [part for group in groups for part in _enforce_limit(group, limit)]
-
-
-def _enforce_limit(group: list[_Piece], limit: int) -> list[list[_Piece]]:
-    """Token counts of pieces add up to the count of their join; re-check anyway and split if ever over."""
-    if len(group) == 1 or count_tokens(_join(group)) <= limit:
-        return [group]
-    out: list[list[_Piece]] = [[]]
-    for piece in group:
-        if out[-1] and count_tokens(_join([*out[-1], piece])) > limit:
-            out.append([])
-        out[-1].append(piece)
-    return out
+    return groups
 
 
 def _pieces(unit: _Unit, limit: int) -> list[_Piece]:

@@ -277,8 +277,13 @@ def _page_text(page: Any) -> str:
 
     try:
         return str(page.extract_text(extraction_mode="layout"))
-    except (LimitReachedError, MemoryError, RecursionError):
+    except (LimitReachedError, RecursionError):
         raise
+    except MemoryError:  # layout mode lays text on a character grid, which can be huge; plain mode may fit
+        text = str(page.extract_text())
+        if not text.strip():  # plain mode swallows its own failures: nothing read means it did not fit
+            raise
+        return text
     except Exception:
         return str(page.extract_text())
 

@@ -124,6 +124,26 @@ def test_a_heading_without_text_rides_with_the_next_one() -> None:
     assert chunks[-1].text == "## Pay\n\nPaid monthly.\n\n## Empty end"  # ...unless nothing follows it
 
 
+def test_lone_title_lines_are_headings_numbered_steps_are_lists_stubs_merge() -> None:
+    text = (
+        "Expenses\n\nWe reimburse approved expenses.\n\n"
+        "Step 1: Request approval\n\n1. Go to the Expenses Trello board\n2. Create a new card.\n3. Add a label\n\n"
+        "Step 2: Approval\n\nThe budget owner approves it.\n\n"
+        "11. MATERIAL SUPERSEDED\n\nN/A\n\n12. CONTACTS\n\nAsk the office.\n"
+    )
+    chunks = chunk_document(make_doc(text, title="Handbook"), SETTINGS)
+    assert [c.section for c in chunks] == [
+        "Handbook > Expenses",
+        "Handbook > Step 1: Request approval",
+        "Handbook > Step 2: Approval",
+        "Handbook > 12. CONTACTS",
+    ]
+    assert chunks[1].text.endswith(
+        "1. Go to the Expenses Trello board\n2. Create a new card.\n3. Add a label"
+    )
+    assert chunks[3].text == "11. MATERIAL SUPERSEDED\n\nN/A\n\n12. CONTACTS\n\nAsk the office."
+
+
 def test_plain_numbered_list_is_not_headings() -> None:
     chunks = chunk_document(make_doc("Bring these:\n1. Passport\n2. Ticket\n3. Receipts\n"), SETTINGS)
     assert [c.section for c in chunks] == ["Refund Policy"]
