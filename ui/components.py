@@ -1,0 +1,415 @@
+"""Rendering helpers over a trace dict (the ``rag ask --json`` shape): the answer with its citations, the final
+chunk order as the model saw it, and one view per stage of the query path.
+
+Every text that came from a document or a model is escaped before it is shown: a passage is evidence, never
+markup.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from rag.stages.citations import cited_ids
+
+_MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
+TIP_CHARS = 900  # a tooltip shows at most this much of a passage; the popover shows all of it
+
+CSS = """
+<style>
+.rag-answer { line-height: 1.6; font-size: 1rem; }
+.rag-answer p { margin: 0 0 .6em 0; }
+.rag-cite { position: relative; display: inline-block; cursor: help; text-decoration: none; border-bottom: none;
+  font-size: .8em; font-weight: 600; padding: 0 .25em; margin: 0 .05em; border-radius: .35em;
+  background: rgba(28, 131, 225, .12); color: #1c6fd1; vertical-align: super; line-height: 1; outline: none; }
+.rag-cite.bad { background: rgba(255, 43, 43, .14); color: #c21f1f; text-decoration: line-through; }
+.rag-cite.weak { background: rgba(255, 164, 33, .18); color: #a15c00; }
+.rag-cite .rag-tip { display: none; position: absolute; z-index: 1000; left: 0; top: 1.5em; width: 26rem;
+  max-width: 70vw; padding: .6em .75em; border-radius: .5em; background: #ffffff; color: #262730;
+  border: 1px solid #d6d6d9; box-shadow: 0 4px 16px rgba(0,0,0,.18); font-size: .85rem; font-weight: 400;
+  line-height: 1.4; white-space: normal; text-decoration: none; vertical-align: baseline; text-align: left; }
+.rag-cite:hover .rag-tip, .rag-cite:focus .rag-tip, .rag-cite:focus-within .rag-tip { display: block; }
+.rag-tip b { display: block; margin-bottom: .25em; }
+.rag-tip i { display: block; color: #6b6d76; margin-bottom: .35em; font-style: normal; font-size: .8rem; }
+.rag-badge { display: inline-block; font-size: .75rem; font-weight: 600; padding: .1em .55em; border-radius: .6em;
+  margin-right: .35em; }
+.rag-badge.abstain { background: #fff3d6; color: #8a5a00; }
+.rag-badge.fail { background: #ffe0e0; color: #b01c1c; }
+.rag-badge.ok { background: #dcf5e3; color: #1b7a3a; }
+</style>
+"""
+
+
+# ----------------------------------------------------------------------------- small helpers
+def evidence_by_n(trace: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {int(e["n"]): e for e in trace.get("evidence") or []}
+
+
+def passage_label(e: dict[str, Any]) -> str:
+    """'Customer Refunds and Returns Policy, p. 2, Returns > Full refunds'."""
+    parts = [str(e.get("title") or e.get("doc_id") or "?")]
+    if e.get("page"):
+        end = e.get("page_end")
+        parts.append(f"pp. {e['page']}-{end}" if end and end != e["page"] else f"p. {e['page']}")
+    section = str(e.get("section") or "")
+    if section and section != e.get("title"):
+        parts.append(section)
+    return ", ".join(parts)
+
+
+def citation_verdicts(trace: dict[str, Any]) -> dict[int, str]:
+    """Per cited passage id: 'ok', 'unsupported' (exists, does not support its sentence) or 'invalid'."""
+    out: dict[int, str] = {}
+    for c in trace.get("citations") or []:
+        n = int(c["n"])
+        verdict = "invalid" if not c.get("valid") else ("ok" if c.get("supported") else "unsupported")
+        rank = {"ok": 0, "unsupported": 1, "invalid": 2}
+        if rank[verdict] >= rank.get(out.get(n, "ok"), 0):
+            out[n] = verdict
+    return out
+
+
+def failed_citations(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in trace.get("citations") or [] if not (c.get("valid") and c.get("supported"))]
+
+
+def _cite_html(n: int, e: dict[str, Any] | None, verdict: str) -> str:
+    if e is None:
+        tip = f"<b>[{n}] does not exist</b>The answer cites a passage the model was never given."
+        return f'<span class="rag-cite bad" tabindex="0" role="note" aria-label="[{n}] does not exist">[{n}]<span class="rag-tip">{tip}</span></span>'
+    text = str(e.get("text") or "")
+    short = text if len(text) <= TIP_CHARS else text[:TIP_CHARS].rsplit(" ", 1)[0] + " \u2026"
+    label = passage_label(e)
+    note = {"ok": "", "unsupported": " \u2014 does not support this sentence", "invalid": " \u2014 invalid"}[verdict]
+    tip = (
+        f"<b>[{n}] {html.escape(str(e.get('title') or ''))}{html.escape(note)}</b>"
+        f"<i>{html.escape(label)}</i>{_tip_text(short)}"
+    )
+    cls = {"ok": "", "unsupported": " weak", "invalid": " bad"}[verdict]
+    aria = html.escape(f"[{n}] {label}: {short}", quote=True)
+    return f'<span class="rag-cite{cls}" tabindex="0" role="note" aria-label="{aria}">[{n}]<span class="rag-tip">{tip}</span></span>'
+
+
+def _tip_text(text: str) -> str:
+    return "<br>".join(html.escape(line) for line in text.splitlines() if line.strip())
+
+
+def answer_html(trace: dict[str, Any]) -> str:
+    """The answer as HTML: text escaped, each [n] a hover/click tooltip with the cited passage."""
+    answer = str(trace.get("answer") or "")
+    ev = evidence_by_n(trace)
+    verdicts = citation_verdicts(trace)
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", answer):
+        if not paragraph.strip():
+            continue
+        pieces: list[str] = []
+        last = 0
+        for m in _MARKER.finditer(paragraph):
+            pieces.append(html.escape(paragraph[last : m.start()]).replace("\n", "<br>"))
+            pieces.append("".join(_cite_html(n, ev.get(n), verdicts.get(n, "ok" if n in ev else "invalid"))
+                                  for n in cited_ids(m.group(0))))
+            last = m.end()
+        pieces.append(html.escape(paragraph[last:]).replace("\n", "<br>"))
+        paragraphs.append("".join(pieces))
+    return '<div class="rag-answer">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
+
+
+def badges_html(trace: dict[str, Any]) -> str:
+    out = []
+    if trace.get("abstained"):
+        out.append('<span class="rag-badge abstain">Abstained: the evidence does not answer this</span>')
+    failed = failed_citations(trace)
+    if failed:
+        ids = ", ".join(f"[{c['n']}]" for c in failed)
+        out.append(f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>')
+    elif trace.get("citations"):
+        out.append('<span class="rag-badge ok">Citations checked</span>')
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- the answer
+def render_answer(trace: dict[str, Any], *, key: str) -> None:
+    """The answer with inline citations (hover or click [n]), status badges and one popover per passage."""
+    badges = badges_html(trace)
+    st.html(CSS + (f"<div>{badges}</div>" if badges else "") + answer_html(trace))
+    if trace.get("abstained"):
+        st.warning(f"Abstained: {trace.get('abstain_reason') or 'the evidence does not answer the question.'}",
+                   icon=":material/help:")
+    failed = failed_citations(trace)
+    if failed:
+        st.error(
+            "Some citations failed the check: "
+            + "; ".join(
+                f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
+                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
+                for c in failed
+            ),
+            icon=":material/report:",
+        )
+    if trace.get("error"):
+        st.warning(f"The language model failed, so the answer quotes the evidence instead: {trace['error']}",
+                   icon=":material/warning:")
+    cited = [n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in evidence_by_n(trace)]
+    if cited:
+        ev = evidence_by_n(trace)
+        cols = st.columns(min(len(cited), 4))
+        for i, n in enumerate(cited):
+            e = ev[n]
+            with cols[i % len(cols)].popover(f"[{n}] {str(e.get('title') or '')[:28]}", key=f"pop_{key}_{n}"):
+                render_passage(e)
+
+
+def render_passage(e: dict[str, Any]) -> None:
+    st.markdown(f"**[{e['n']}] {escape_md(str(e.get('title') or ''))}**")
+    st.caption(f"{passage_label(e)} \u00b7 document `{e.get('doc_id')}` \u00b7 chunk `{e.get('chunk_id')}`")
+    st.text(str(e.get("text") or ""))
+
+
+def escape_md(text: str) -> str:
+    """Escape Markdown so document text shows as written."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~])", r"\\\1", text)
+
+
+# ----------------------------------------------------------------------------- the final chunk order
+ORDER_COLUMNS = ["position", "rerank rank", "rerank score", "lexical rank", "dense rank", "bundle", "document",
+                 "page", "section", "cited"]
+
+
+def chunk_order_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    """Positions 1..n as the model saw them, with the ranks and scores that put each passage there."""
+    rows = []
+    for e in trace.get("evidence") or []:
+        rows.append({
+            "position": int(e["n"]),
+            "rerank rank": e.get("rerank_rank"),
+            "rerank score": e.get("rerank_score"),
+            "lexical rank": e.get("bm25_rank"),
+            "dense rank": e.get("dense_rank"),
+            "bundle": e.get("bundle"),
+            "document": e.get("title") or e.get("doc_id"),
+            "page": e.get("page"),
+            "section": e.get("section"),
+            "cited": bool(e.get("cited")),
+            "added by": e.get("added_by") or "",
+            "chunk id": e.get("chunk_id"),
+        })
+    frame = pd.DataFrame(rows, columns=[*ORDER_COLUMNS, "added by", "chunk id"])
+    for col in ("rerank rank", "lexical rank", "dense rank", "page", "bundle"):
+        frame[col] = pd.array(frame[col], dtype="Int64")
+    frame["rerank score"] = frame["rerank score"].astype("Float64")
+    return frame
+
+
+def chunk_order_chart_spec(frame: pd.DataFrame, *, title: str | None = None) -> dict[str, Any]:
+    """Bars of rerank rank by position, best rank at the top: edge packing hangs as a V (best at both ends)."""
+    spec: dict[str, Any] = {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "position", "type": "ordinal", "title": "position in prompt", "axis": {"labelAngle": 0}},
+            "y": {"field": "rerank rank", "type": "quantitative", "title": "rank after rerank",
+                  "scale": {"reverse": True, "zero": True}, "axis": {"tickMinStep": 1}},
+            "color": {"field": "cited", "type": "nominal", "title": "cited",
+                      "scale": {"domain": [True, False], "range": ["#1c83e1", "#a3b8cc"]}},
+            "tooltip": [{"field": f, "type": "nominal" if f in ("document", "section", "cited") else "quantitative"}
+                        for f in ("position", "rerank rank", "rerank score", "document", "section", "cited")],
+        },
+        "height": 180,
+    }
+    if title:
+        spec["title"] = title
+    return spec
+
+
+def chart_data(frame: pd.DataFrame) -> pd.DataFrame:
+    data = frame[["position", "rerank rank", "rerank score", "document", "section", "cited"]].copy()
+    # Vega wants plain floats; a passage added by bundling has no rank of its own and shows no bar.
+    data["rerank rank"] = data["rerank rank"].astype("float64")
+    data["rerank score"] = data["rerank score"].astype("float64")
+    return data
+
+
+def render_chunk_order(trace: dict[str, Any], *, key: str, title: str = "Final chunk order") -> None:
+    """The final order as the model saw it: a table and a chart of rerank rank by position."""
+    frame = chunk_order_frame(trace)
+    st.markdown(f"**{title}** \u00b7 packing `{trace.get('packing', '?')}` \u00b7 {len(frame)} passage(s)")
+    if frame.empty:
+        st.caption("No evidence reached the prompt." + (" (the bot abstained)" if trace.get("abstained") else ""))
+        return
+    st.dataframe(
+        frame,
+        hide_index=True,
+        key=f"order_{key}",
+        column_config={
+            "position": st.column_config.NumberColumn("pos", help="Position n in the prompt: [n] in the answer",
+                                                      width=40),
+            "rerank rank": st.column_config.NumberColumn("rerank", help="Rank after reranking (1 = best); "
+                                                         "empty = added to complete a bundle", width=55),
+            "rerank score": st.column_config.NumberColumn("score", format="%.3f", width=55),
+            "lexical rank": st.column_config.NumberColumn("BM25", help="Rank in the lexical (BM25) list", width=50),
+            "dense rank": st.column_config.NumberColumn("dense", help="Rank in the dense (embedding) list",
+                                                        width=50),
+            "bundle": st.column_config.NumberColumn("bundle", help="Passages of one bundle travel together",
+                                                    width=55),
+            "page": st.column_config.NumberColumn("page", width=45),
+            "cited": st.column_config.CheckboxColumn("cited", width=50),
+        },
+    )
+    st.vega_lite_chart(chart_data(frame), chunk_order_chart_spec(frame), width="stretch", key=f"chart_{key}")
+    ranks = [int(r) for r in frame["rerank rank"].dropna()]
+    if len(ranks) >= 3:
+        st.caption(_shape_note(ranks))
+
+
+def _shape_note(ranks: Sequence[int]) -> str:
+    best = min(ranks)
+    where = [i for i, r in enumerate(ranks) if r == best][0]
+    if where in (0, len(ranks) - 1):
+        return f"Best passage (rank {best}) sits at an edge (position {where + 1}), where models use context best."
+    return f"Best passage (rank {best}) sits in the middle (position {where + 1}), where models tend to miss it."
+
+
+# ----------------------------------------------------------------------------- trace stages
+def _title_of(trace: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for c in [*(trace.get("candidates") or []), *(trace.get("evidence") or [])]:
+        out[c["chunk_id"]] = passage_label(c)
+    return out
+
+
+def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    """Every candidate with all its scores and what became of it."""
+    final = {e["chunk_id"]: e["n"] for e in trace.get("evidence") or []}
+    dropped = {d["chunk_id"]: f"{d['stage']}: {d['reason']}" for d in trace.get("dropped") or []}
+    rows = []
+    for c in trace.get("candidates") or []:
+        cid = c["chunk_id"]
+        if cid in final:
+            fate = f"in prompt at position {final[cid]}"
+        elif cid in dropped:
+            fate = f"dropped ({dropped[cid]})"
+        else:
+            fate = "not selected"
+        rows.append({
+            "rerank rank": c.get("rerank_rank"),
+            "rerank score": c.get("rerank_score"),
+            "fused rank": c.get("fused_rank"),
+            "fused score": c.get("fused_score"),
+            "BM25 rank": c.get("bm25_rank"),
+            "BM25 score": c.get("bm25_score"),
+            "dense rank": c.get("dense_rank"),
+            "dense score": c.get("dense_score"),
+            "intents": ", ".join(str(i) for i in c.get("intents") or []),
+            "fate": fate,
+            "document": c.get("title"),
+            "page": c.get("page"),
+            "section": c.get("section"),
+            "chunk id": cid,
+        })
+    frame = pd.DataFrame(rows)
+    for col in ("rerank rank", "fused rank", "BM25 rank", "dense rank", "page"):
+        if col in frame:
+            frame[col] = pd.array(frame[col], dtype="Int64")
+    return frame
+
+
+def dropped_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    titles = _title_of(trace)
+    return pd.DataFrame(
+        [{"stage": d.get("stage"), "reason": d.get("reason"), "passage": titles.get(d["chunk_id"], ""),
+          "chunk id": d["chunk_id"]} for d in trace.get("dropped") or []],
+        columns=["stage", "reason", "passage", "chunk id"],
+    )
+
+
+def bundles_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    titles = _title_of(trace)
+    return pd.DataFrame(
+        [{"bundle": b.get("bundle_id"), "reason": b.get("reason"), "score": b.get("score"),
+          "members": len(b.get("chunk_ids") or []),
+          "passages": " | ".join(titles.get(c, c) for c in b.get("chunk_ids") or [])}
+         for b in trace.get("bundles") or []],
+        columns=["bundle", "reason", "score", "members", "passages"],
+    )
+
+
+def citations_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    titles = _title_of(trace)
+    rows = []
+    for c in trace.get("citations") or []:
+        verdict = "ok" if c.get("valid") and c.get("supported") else (
+            "does not exist" if not c.get("valid") else "does not support the sentence")
+        rows.append({"n": c["n"], "verdict": verdict, "support": c.get("support_score"),
+                     "sentence": c.get("sentence"), "passage": titles.get(c.get("chunk_id") or "", "")})
+    return pd.DataFrame(rows, columns=["n", "verdict", "support", "sentence", "passage"])
+
+
+def timings_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"stage": s["name"], "ms": s["ms"]} for s in trace.get("stages") or []], columns=["stage", "ms"]
+    )
+
+
+def render_trace(trace: dict[str, Any], *, key: str) -> None:
+    """Every stage of one stored answer."""
+    st.markdown(f"**Question:** {escape_md(str(trace.get('question') or ''))}")
+    st.caption(
+        f"user `{trace.get('user')}` (groups: {', '.join(trace.get('groups') or []) or 'none'}) \u00b7 as of "
+        f"{trace.get('as_of')} \u00b7 {trace.get('created_at', '')[:19].replace('T', ' ')} \u00b7 trace "
+        f"`{trace.get('trace_id')}`"
+    )
+    tabs = st.tabs(["Answer", "Final order", "Candidates", "Dropped", "Bundles", "Prompt", "Citations",
+                    "Timing & budgets"])
+    with tabs[0]:
+        render_answer(trace, key=f"{key}_answer")
+        st.caption(f"model `{trace.get('model')}` \u00b7 reranker `{trace.get('reranker')}` \u00b7 generation "
+                   f"`{trace.get('generation_mode')}`")
+    with tabs[1]:
+        render_chunk_order(trace, key=f"{key}_order")
+    with tabs[2]:
+        frame = candidates_frame(trace)
+        st.caption(f"{len(frame)} candidate(s) after retrieval and rerank; intents: "
+                   + "; ".join(f"{i['index']}: {i['text']}" for i in trace.get("intents") or []))
+        st.dataframe(frame, hide_index=True, key=f"cand_{key}",
+                     column_config={c: st.column_config.NumberColumn(format="%.4f")
+                                    for c in ("rerank score", "fused score", "BM25 score", "dense score")})
+    with tabs[3]:
+        frame = dropped_frame(trace)
+        if frame.empty:
+            st.caption("Nothing was dropped.")
+        else:
+            st.dataframe(frame, hide_index=True, key=f"drop_{key}")
+    with tabs[4]:
+        frame = bundles_frame(trace)
+        if frame.empty:
+            st.caption("No bundles (the bot abstained before packing).")
+        else:
+            st.dataframe(frame, hide_index=True, key=f"bund_{key}")
+    with tabs[5]:
+        prompt = trace.get("prompt") or {}
+        st.caption(f"{prompt.get('tokens', 0)} prompt tokens")
+        st.markdown("System")
+        st.code(prompt.get("system") or "", language=None, wrap_lines=True)
+        st.markdown("User")
+        st.code(prompt.get("user") or "", language=None, wrap_lines=True)
+    with tabs[6]:
+        frame = citations_frame(trace)
+        if frame.empty:
+            st.caption("The answer cites nothing.")
+        else:
+            st.dataframe(frame, hide_index=True, key=f"cit_{key}")
+    with tabs[7]:
+        frame = timings_frame(trace)
+        total = (trace.get("timings_ms") or {}).get("total")
+        st.caption(f"total {total:.0f} ms" if isinstance(total, int | float) else "")
+        if not frame.empty:
+            st.bar_chart(frame, x="stage", y="ms", height=220, sort=False)
+        st.markdown("Budgets and tokens")
+        st.json({"budgets": trace.get("budgets") or {}, "tokens": trace.get("tokens") or {}}, expanded=True)
+        with st.expander("Stage details"):
+            st.json(trace.get("stages") or [], expanded=False)

@@ -1,0 +1,68 @@
+"""``rag ui``: start the Streamlit app on localhost.
+
+Mount it in ``rag/cli.py`` (the composition root) with ``app.command("ui")(ui_command)``, imported inside a
+function so ``rag`` the library never imports ``ui``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rag.config import Settings, load_settings
+from rag.errors import RagError
+
+APP = Path(__file__).resolve().parent / "app.py"
+REPO = APP.parents[1]
+
+
+def streamlit_command(port: int = 8501, headless: bool = True, address: str = "127.0.0.1") -> list[str]:
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.port", str(port),
+        "--server.headless", "true" if headless else "false",
+        "--server.address", address,
+        "--browser.gatherUsageStats", "false",
+    ]
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """The child's environment: the data directory travels as RAG_DATA_DIR (settings read it from there)."""
+    env = dict(os.environ)
+    env["RAG_DATA_DIR"] = str(Path(settings.data_dir).resolve())
+    env.setdefault("TQDM_DISABLE", "1")
+    return env
+
+
+def launch(settings: Settings, port: int = 8501, headless: bool = True) -> int:
+    """Run ``streamlit run ui/app.py`` on 127.0.0.1:PORT until it exits; returns its exit status.
+
+    Runs from the repository root so Streamlit finds ``.streamlit/config.toml`` (no tracebacks in the browser).
+    """
+    cmd = streamlit_command(port, headless)
+    try:
+        return subprocess.call(cmd, env=child_env(settings), cwd=str(REPO))
+    except KeyboardInterrupt:
+        return 130
+
+
+def ui_command(
+    port: Annotated[int, typer.Option("--port", help="Port to serve on (localhost only).")] = 8501,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False),
+    ] = None,
+) -> None:
+    """Start the support bot's web UI (chat, trace explorer, documents, evaluation) on http://127.0.0.1:PORT."""
+    try:
+        settings = load_settings(data_dir=data_dir)
+    except RagError as exc:
+        typer.echo(f"Error: {exc.user_message()}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"Serving the UI on http://127.0.0.1:{port} (data: {settings.data_dir}); Ctrl+C stops it.", err=True)
+    raise typer.Exit(launch(settings, port=port, headless=True))

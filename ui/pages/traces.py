@@ -1,0 +1,185 @@
+"""Trace explorer: find past answers, open one to see every stage, replay it with another packing or budget.
+
+A trace holds the text of every passage its user could read. Only the signed-in user's own traces are listed
+or opened, unless the user is in the ``admin`` group.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from rag.pipeline import PipelineOptions, Question
+from rag.stages.packing import STRATEGIES
+from rag.types import DocumentMeta, Principal
+from ui import components, services
+
+ANY = "any"
+OPENED = "trace_opened"
+
+
+def _tri(label: str, key: str) -> bool | None:
+    choice = st.selectbox(label, [ANY, "yes", "no"], key=key)
+    return None if choice == ANY else choice == "yes"
+
+
+def _readable_documents(settings: Any, principal: Principal) -> dict[str, str]:
+    """doc_id -> title for the documents the viewer may read (admins: all); empty when nothing is indexed."""
+    try:
+        docs = services.get_reader(settings).documents()
+    except Exception:
+        return {}
+    out = {}
+    for doc_id, doc in docs.items():
+        meta = DocumentMeta(str(doc.get("title") or doc_id), tuple(doc.get("groups") or ("*",)))
+        if services.is_admin(principal) or meta.readable_by(principal):
+            out[doc_id] = meta.title
+    return out
+
+
+def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
+    admin = services.is_admin(principal)
+    cols = st.columns([2, 3, 1.3, 1.3, 3])
+    with cols[0]:
+        if admin:
+            users = sorted(services.load_users(settings))
+            who = st.selectbox("User", [ANY, *users], key="trace_f_user")
+            user = None if who == ANY else who
+        else:
+            st.text_input("User", principal.user, disabled=True, key="trace_f_user_self",
+                          help="You see your own answers only (admins see everyone's).")
+            user = principal.user
+    with cols[1]:
+        today = date.today()
+        span = st.date_input("Date range", (today - timedelta(days=30), today), key="trace_f_dates")
+    with cols[2]:
+        abstained = _tri("Abstained", "trace_f_abstained")
+    with cols[3]:
+        failed = _tri("Failed citations", "trace_f_failed")
+    with cols[4]:
+        docs = _readable_documents(settings, principal)
+        doc = st.selectbox("Document", [ANY, *sorted(docs, key=lambda d: docs[d])], key="trace_f_doc",
+                           format_func=lambda d: "any" if d == ANY else f"{docs[d]} ({d})")
+    since = until = None
+    if isinstance(span, tuple | list):
+        since = span[0] if len(span) > 0 else None
+        until = span[1] if len(span) > 1 else None
+    elif isinstance(span, date):
+        since = until = span
+    return {
+        "user": user,
+        "since": since,
+        "until": until,
+        "abstained": abstained,
+        "failed_citations": failed,
+        "doc_id": None if doc == ANY else doc,
+    }
+
+
+def may_view(trace: dict[str, Any], principal: Principal) -> bool:
+    """A trace shows passage texts its user could read: only that user, or an admin, may open it."""
+    return trace.get("user") == principal.user or services.is_admin(principal)
+
+
+def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{
+            "time": str(r.get("created_at") or "")[:19].replace("T", " "),
+            "user": r.get("user"),
+            "question": r.get("question"),
+            "answer": r.get("answer"),
+            "abstained": bool(r.get("abstained")),
+            "failed citations": bool(r.get("has_failed_citation")),
+            "error": r.get("error") or "",
+            "ms": r.get("total_ms"),
+            "trace id": r.get("trace_id"),
+        } for r in rows],
+        columns=["time", "user", "question", "answer", "abstained", "failed citations", "error", "ms", "trace id"],
+    )
+
+
+def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
+    st.subheader("Replay with another packing or budget")
+    st.caption(
+        "Re-runs the same question for the same user, groups and date through today's index, changing only "
+        "the options below (conversation history and remembered facts are not replayed). Replays are not stored."
+    )
+    budgets = trace.get("budgets") or {}
+    packing_now = trace.get("packing") if trace.get("packing") in STRATEGIES else STRATEGIES[0]
+    tid = trace["trace_id"]
+    with st.form(key=f"replay_form_{tid}"):
+        cols = st.columns(3)
+        default_packing = next((s for s in STRATEGIES if s != packing_now), packing_now)
+        packing = cols[0].selectbox("Packing", STRATEGIES, index=STRATEGIES.index(default_packing),
+                                    key=f"replay_packing_{tid}")
+        k = cols[1].number_input("Evidence k (passages)", 1, 40, int(budgets.get("evidence_k") or 6),
+                                 key=f"replay_k_{tid}")
+        budget = cols[2].number_input("Evidence token budget", 100, 32000,
+                                      int(budgets.get("evidence_token_budget") or 1800), step=100,
+                                      key=f"replay_budget_{tid}")
+        submitted = st.form_submit_button("Replay", icon=":material/replay:")
+    if submitted:
+        owner = Principal(str(trace["user"]), frozenset(trace.get("groups") or ()))
+        as_of = date.fromisoformat(trace["as_of"]) if trace.get("as_of") else None
+        question = Question(str(trace["question"]), owner, as_of=as_of, tags=frozenset(trace.get("tags") or ()))
+        options = PipelineOptions(packing=packing, evidence_k=int(k), token_budget=int(budget), use_llm=None)
+        with st.spinner("Replaying\u2026"):
+            result = services.get_pipeline(settings).ask(question, options)
+        st.session_state[f"replay_{tid}"] = result.to_json()
+    replay = st.session_state.get(f"replay_{tid}")
+    if not replay:
+        return
+    left, right = st.columns(2, gap="large")
+    with left:
+        components.render_chunk_order(trace, key=f"orig_{tid}", title=f"Original ({trace.get('packing')})")
+        components.render_answer(trace, key=f"orig_ans_{tid}")
+    with right:
+        b = replay.get("budgets") or {}
+        components.render_chunk_order(
+            replay, key=f"replay_{tid}",
+            title=f"Replay ({replay.get('packing')}, k={b.get('evidence_k')}, {b.get('evidence_token_budget')} tokens)",
+        )
+        components.render_answer(replay, key=f"replay_ans_{tid}")
+
+
+def render() -> None:
+    settings = services.get_settings()
+    principal = services.current_principal(settings)
+    st.title("Trace explorer")
+    st.caption(
+        "Every stored answer with every stage: candidates and their scores, what was dropped and why, bundles, "
+        "the final order, the prompt, the answer and its citation verdicts, and the time per stage."
+        + (" You are an admin: you see every user's answers." if services.is_admin(principal) else "")
+    )
+    store = services.get_store(settings)
+    filters = _filters(settings, principal, store)
+    if not services.is_admin(principal):
+        filters["user"] = principal.user  # never list another user's traces to a non-admin
+    rows = store.list_traces(**filters, limit=200)
+    rows = [r for r in rows if may_view(r, principal)]
+    if not rows:
+        st.info("No answers match these filters yet. Ask something on the Chat page.")
+        return
+    st.dataframe(_summary_frame(rows), hide_index=True, key="trace_table", height=min(36 * (len(rows) + 1), 320))
+    labels = {r["trace_id"]: f"{str(r.get('created_at') or '')[:16].replace('T', ' ')} \u00b7 {r.get('user')} "
+              f"\u00b7 {str(r.get('question') or '')[:80]} \u00b7 {r['trace_id'][:8]}" for r in rows}
+    opened = st.session_state.get(OPENED)
+    ids = list(labels)
+    chosen = st.selectbox("Open a trace", ids, index=ids.index(opened) if opened in ids else 0,
+                          format_func=lambda i: labels[i], key="trace_open")
+    st.session_state[OPENED] = chosen
+    trace = store.get_trace(chosen)
+    if not may_view(trace, principal):
+        st.error("You may only open your own answers.")
+        return
+    st.divider()
+    components.render_trace(trace, key=f"trace_{chosen}")
+    st.divider()
+    _replay(settings, trace, principal)
+
+
+with services.page_guard():
+    render()

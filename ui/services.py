@@ -1,0 +1,356 @@
+"""What the pages use from ``rag``: settings, the signed-in principal, the pipeline and the trace store.
+
+Models and clients are created once per process (``st.cache_resource``) and shared by every session. A factory
+that fails raises before anything is cached, so the app recovers by itself once the cause goes away (the index
+gets built, the database gets migrated, Qdrant comes back). Errors become messages a user can act on; a page
+never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from rag.config import Settings, load_settings
+from rag.errors import (
+    ConfigurationError,
+    EmptyIndexError,
+    GenerationError,
+    IndexUnavailableError,
+    RagError,
+    RetrievalError,
+    StorageError,
+)
+from rag.types import Principal
+
+ADMIN_GROUP = "admin"
+USERS_FILE = "users.json"
+# Stand-in for single sign-on: the demo users of the sample corpus and their groups.
+DEMO_USERS: dict[str, frozenset[str]] = {
+    "alice": frozenset({"staff"}),
+    "hana": frozenset({"staff", "hr"}),
+    "sam": frozenset({"staff", "security"}),
+}
+NOTHING_INDEXED = "Nothing indexed yet: run `rag ingest PATH` to index the policy documents."
+DB_NOT_READY = "The trace database is not initialised: run `rag db upgrade`."
+
+
+# ----------------------------------------------------------------------------- settings and users
+def get_settings() -> Settings:
+    """The one settings object (``RAG_*`` environment, ``.env``); ``rag ui --data-dir`` sets RAG_DATA_DIR."""
+    return load_settings()
+
+
+def load_users(settings: Settings) -> dict[str, frozenset[str]]:
+    """Users who may sign in, with their groups: ``<data_dir>/users.json`` if present, else the demo users.
+
+    ``users.json`` is either ``{"alice": ["staff"], ...}`` or ``{"users": [{"user": "alice", "groups": [...]}]}``.
+    """
+    path = Path(settings.data_dir) / USERS_FILE
+    if not path.is_file():
+        return dict(DEMO_USERS)
+    try:
+        data = json.loads(path.read_text())
+        items = data.get("users", data) if isinstance(data, dict) else data
+        if isinstance(items, dict):
+            users = {str(name): frozenset(map(str, groups or ())) for name, groups in items.items()}
+        else:
+            users = {
+                str(item.get("user") or item["name"]): frozenset(map(str, item.get("groups") or ()))
+                for item in items
+            }
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"Cannot read the user list {path}: {exc}",
+            hint='Write {"alice": ["staff"], "hana": ["staff", "hr"]} or delete the file to use the demo users.',
+        ) from exc
+    users = {name.strip(): groups for name, groups in users.items() if name.strip()}
+    if not users:
+        raise ConfigurationError(f"The user list {path} is empty.", hint="Add at least one user.")
+    return users
+
+
+def is_admin(principal: Principal) -> bool:
+    return ADMIN_GROUP in principal.groups
+
+
+def sign_in_sidebar(settings: Settings) -> Principal:
+    """The sidebar user picker (a stand-in for single sign-on) and the principal it yields."""
+    users = load_users(settings)
+    names = sorted(users)
+    current = st.session_state.get("user")
+    index = names.index(current) if current in names else 0
+    with st.sidebar:
+        st.markdown("**Signed in as**")
+        name = st.selectbox(
+            "User",
+            names,
+            index=index,
+            key="user_select",
+            help="Stand-in for single sign-on: pick who you are. Your groups decide which documents you may read.",
+        )
+        groups = users[name]
+        st.caption("Groups: " + (", ".join(sorted(groups)) or "(none)"))
+    if current != name:
+        # A different user must never see the previous user's conversation or open traces.
+        for key in [k for k in st.session_state if str(k).startswith(("chat_", "trace_", "replay_"))]:
+            del st.session_state[key]
+    st.session_state["user"] = name
+    principal = Principal(name, groups)
+    st.session_state["principal"] = principal
+    return principal
+
+
+def current_principal(settings: Settings) -> Principal:
+    """The principal the app's sidebar signed in (a page run on its own shows the picker itself)."""
+    principal = st.session_state.get("principal")
+    if isinstance(principal, Principal) and principal.user in load_users(settings):
+        users = load_users(settings)
+        return Principal(principal.user, users[principal.user])  # groups as configured now
+    return sign_in_sidebar(settings)
+
+
+# ----------------------------------------------------------------------------- errors
+def describe_error(exc: BaseException) -> str:
+    """A message a user can act on, for any exception (never a traceback)."""
+    if isinstance(exc, EmptyIndexError):
+        return NOTHING_INDEXED
+    if isinstance(exc, StorageError) and _looks_unmigrated(exc):
+        message = exc.user_message()
+        return message if "rag db upgrade" in message else f"{DB_NOT_READY}\n\n{message}"
+    if isinstance(exc, RetrievalError):
+        return f"Search is unavailable (is Qdrant running?): {exc.user_message()}"
+    if isinstance(exc, GenerationError):
+        return f"The language model failed: {exc.user_message()}"
+    if isinstance(exc, RagError):
+        return exc.user_message()
+    return f"Something went wrong ({type(exc).__name__}: {exc}). Reload the page to try again."
+
+
+def _looks_unmigrated(exc: StorageError) -> bool:
+    text = exc.user_message().lower()
+    return any(w in text for w in ("db upgrade", "not initialised", "not initialized", "no such table", "migrat"))
+
+
+def show_error(exc: BaseException) -> None:
+    st.error(describe_error(exc), icon=":material/error:")
+
+
+@contextmanager
+def page_guard() -> Iterator[None]:
+    """Wrap a page body: any exception becomes an ``st.error`` message (Streamlit's own control flow passes)."""
+    try:
+        yield
+    except Exception as exc:  # st.stop()/st.rerun() raise BaseExceptions and pass through
+        show_error(exc)
+
+
+# ----------------------------------------------------------------------------- cached resources
+@st.cache_resource(show_spinner="Loading the embedding model...")
+def _embedder(model: str, batch_size: int) -> Any:
+    from rag.embedder import load_embedder
+
+    return load_embedder(model, batch_size)
+
+
+@st.cache_resource(show_spinner="Loading the reranker...")
+def _reranker(settings_json: str) -> Any:
+    from rag.rerank import load_reranker
+
+    settings = Settings.model_validate_json(settings_json)
+    return load_reranker(settings, embedder=_embedder(settings.embedding_model, settings.embed_batch_size))
+
+
+@st.cache_resource(show_spinner="Opening the index...")
+def _reader(data_dir: str) -> Any:
+    from rag.index import IndexReader
+
+    return IndexReader(Path(data_dir))  # raises EmptyIndexError before anything is cached
+
+
+@st.cache_resource(show_spinner=False)
+def _llm(settings_json: str) -> Any:
+    from rag.llm import LLMClient
+
+    return LLMClient.from_settings(Settings.model_validate_json(settings_json))
+
+
+@st.cache_resource(show_spinner=False)
+def _pipeline(settings_json: str) -> Any:
+    from rag.pipeline import Pipeline
+
+    settings = Settings.model_validate_json(settings_json)
+    reader = _reader(str(settings.data_dir))
+    return Pipeline(
+        settings,
+        reader=reader,
+        embedder=_embedder(settings.embedding_model, settings.embed_batch_size),
+        reranker=_reranker(settings_json),
+        llm=_llm(settings_json) if settings.llm_configured else None,
+    )
+
+
+@st.cache_resource(show_spinner=False)
+def _trace_store(url: str, settings_json: str) -> Any:
+    from rag.tracestore.repository import TraceStore
+
+    store = TraceStore.from_settings(Settings.model_validate_json(settings_json))
+    check_ready(store)  # an unmigrated database raises here, before the store is cached
+    return store
+
+
+def check_ready(store: Any) -> None:
+    """Raise a StorageError unless the trace database exists and is at the schema this code expects."""
+    ready = getattr(store, "check_ready", None)
+    if ready is not None:
+        ready()
+    else:  # any read checks the schema first
+        store.list_sessions("\x00ready-probe", limit=1)
+
+
+def _key(settings: Settings) -> str:
+    return settings.model_dump_json()
+
+
+def get_reader(settings: Settings) -> Any:
+    """The shared index reader; it switches to a newly published generation on ``refresh()``."""
+    reader = _reader(str(settings.data_dir))
+    reader.refresh()
+    return reader
+
+
+def get_pipeline(settings: Settings) -> Any:
+    """The shared pipeline. Traces are saved by the pages (``save_trace``), not by the pipeline."""
+    return _pipeline(_key(settings))
+
+
+def get_store(settings: Settings) -> Any:
+    """The shared trace store, checked on every call (a dropped database is reported, not cached)."""
+    store = _trace_store(settings.sqlalchemy_url, _key(settings))
+    check_ready(store)
+    return store
+
+
+def try_store(settings: Settings) -> tuple[Any | None, BaseException | None]:
+    """The trace store, or (None, the error) when it is not usable."""
+    try:
+        return get_store(settings), None
+    except Exception as exc:
+        return None, exc
+
+
+# ----------------------------------------------------------------------------- streaming answers
+class _TeeLLM:
+    """An LLM client that streams every completion and hands each text delta to ``sink``.
+
+    The pipeline calls ``complete``; this wrapper answers it from ``stream`` so the chat page can show the
+    answer as it arrives while the pipeline still gets the whole ``Generated`` back (and checks citations).
+    """
+
+    def __init__(self, inner: Any, sink: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._sink = sink
+        self._calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def complete(self, prompt: Any, **kwargs: Any) -> Any:
+        if self._calls:
+            self._sink("\n\n")
+        self._calls += 1
+        stream = self._inner.stream(prompt, **kwargs)
+        for delta in stream:
+            self._sink(delta)
+        return stream.generated
+
+    def stream(self, prompt: Any, **kwargs: Any) -> Any:
+        return self._inner.stream(prompt, **kwargs)
+
+
+_DONE = object()
+
+
+@dataclass
+class StreamingAnswer:
+    """A running answer: iterate ``deltas()`` (e.g. with ``st.write_stream``), then read ``result()``."""
+
+    _queue: queue.Queue[Any]
+    _thread: threading.Thread
+    _box: dict[str, Any]
+
+    def deltas(self) -> Iterator[str]:
+        while True:
+            item = self._queue.get()
+            if item is _DONE:
+                return
+            yield item
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["result"]
+
+
+def ask_streaming(pipeline: Any, question: Any, options: Any = None) -> StreamingAnswer:
+    """Run ``pipeline.ask`` in a worker thread whose LLM streams its text into a queue.
+
+    The worker never calls Streamlit; the page's script thread drains the queue.
+    """
+    from rag.pipeline import Pipeline
+
+    q: queue.Queue[Any] = queue.Queue()
+    tee = _TeeLLM(pipeline.llm, q.put)
+    # A per-request pipeline sharing the cached reader and models; only the LLM client is wrapped.
+    streaming = Pipeline(
+        pipeline.settings, reader=pipeline.reader, embedder=pipeline.embedder, reranker=pipeline.reranker, llm=tee
+    )
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = streaming.ask(question, options)
+        except BaseException as exc:  # handed to the script thread by result()
+            box["error"] = exc
+        finally:
+            q.put(_DONE)
+
+    thread = threading.Thread(target=run, name="rag-answer", daemon=True)
+    thread.start()
+    return StreamingAnswer(q, thread, box)
+
+
+def index_error_or_none(settings: Settings) -> BaseException | None:
+    """Why the index cannot be read right now, or None."""
+    try:
+        get_reader(settings)
+        return None
+    except (IndexUnavailableError, RagError) as exc:
+        return exc
+
+
+# ----------------------------------------------------------------------------- evaluation
+EVALUATION_NOT_INSTALLED = (
+    "The evaluation module is not installed (rag.evaluation has no run_sweep / load_sweep / sweep_figure), "
+    "so position sweeps cannot be run or shown here yet."
+)
+
+
+def evaluation_api() -> Any | None:
+    """The rag.evaluation module when it offers the sweep API (run_sweep, load_sweep, sweep_figure), else None."""
+    try:
+        import rag.evaluation as evaluation
+    except ImportError:
+        return None
+    if not all(hasattr(evaluation, name) for name in ("run_sweep", "load_sweep", "sweep_figure")):
+        return None
+    return evaluation
