@@ -23,7 +23,7 @@ FILE = "sentences.npz"
 
 def sentence_units(text: str) -> list[str]:
     """The sentences of a chunk that can carry an answer (headings and fragments under 3 words dropped)."""
-    units = [s for s in split_sentences(text) if len(s.split()) >= MIN_WORDS]
+    units = [s for s in split_sentences(text) if sum(any(ch.isalpha() for ch in w) for w in s.split()) >= MIN_WORDS]
     return units[:MAX_UNITS] or ([text.strip()] if text.strip() else [])
 
 
