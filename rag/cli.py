@@ -148,10 +148,19 @@ def ask(
 
 def _register_optional() -> None:
     """Sub-command groups that live in their own modules."""
+    from rag.evaluation.cli import eval_app
+    from rag.llm_cli import llm_app
     from rag.tracestore.cli import db_app, traces_app
 
     app.add_typer(db_app, name="db", help="Trace database migrations (one-shot step).")
     app.add_typer(traces_app, name="traces", help="List, show and export stored answer traces.")
+    app.add_typer(eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation.")
+    app.add_typer(llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API.")
+    try:
+        from ui.launch import ui_command
+    except ImportError:  # streamlit missing: the rest of the CLI still works
+        return
+    app.command("ui")(ui_command)
 
 
 def main() -> None:
