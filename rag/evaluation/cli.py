@@ -315,7 +315,7 @@ def qa_table(report: Any) -> Table:
     def fmt(m: dict[str, Any]) -> str:
         if not m["n"]:
             return "-"
-        return f"{_pct(m['rate'])} {m['k']}/{m['n']}\n[{_pct(m['ci_low'])}-{_pct(m['ci_high'])}]"
+        return f"{_pct(m['rate'])} {m['k']}/{m['n']}\n[{100 * m['ci_low']:.0f}-{100 * m['ci_high']:.0f}]"
 
     for label, key in rows:
         table.add_row(label, *[fmt(summary[key]) for summary in summaries.values()])
@@ -344,7 +344,10 @@ def qa(
         bool | None, typer.Option("--llm/--no-llm", help="Use the configured LLM (default: when configured).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write report.json and questions.jsonl here.")
+        Path | None,
+        typer.Option(
+            "--out", help="Write report.json, questions.jsonl (graded rows), results.jsonl (raw answers)."
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object: {types, overall, questions}.")
@@ -386,6 +389,9 @@ def qa(
         with open(out / "questions.jsonl", "w") as fh:
             for row in report.rows:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with open(out / "results.jsonl", "w") as fh:  # the input grade_evidence.py expects
+            for result in report.results:
+                fh.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return

@@ -169,6 +169,7 @@ def numbers_to_digits(text: str) -> str:
 # Answer normalisation with clause boundaries kept (the strict grader needs them)
 # ---------------------------------------------------------------------------------------------------------------
 BOUNDARY = "|"
+_CITATION = re.compile(r"\[\s*\d+(?:\s*[,;\u2013\u2014-]\s*\d+)*\s*\]")
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"),
     (re.compile(r"\bwon't\b"), "will not"),
@@ -183,11 +184,12 @@ def answer_tokens(text: str) -> tuple[str, ...]:
 
     NFKC, quotes/dashes unified, lower case, contractions expanded, number words to digits, thousands
     separators and currency signs dropped, '%' -> 'percent', articles dropped, decimal points kept (0.70)."""
-    t = normalize(text).lower()
+    t = _CITATION.sub(" ", normalize(text)).lower()  # "[30]" is a passage id, never part of an answer
     for pattern, repl in _CONTRACTIONS:
         t = pattern.sub(repl, t)
     t = numbers_to_digits(t)
     t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)  # 1,200 -> 1200
+    t = re.sub(r"\b(\d+)(?:st|nd|rd|th)\b", r"\1", t)  # the 25th -> 25
     t = t.replace("%", " percent ")
     t = re.sub(r"(?<=\d)\.(?=\d)", "\x00", t)  # protect decimal points
     t = re.sub(r"[,;:.!?\n]+", f" {BOUNDARY} ", t)
@@ -382,15 +384,16 @@ _STOP = frozenset(
 
 
 def key_facts(answer: str) -> list[str]:
-    """Quantities stated in the answer's first informative sentence ("90 days", "$1,200"); a heuristic gold
-    for free-text answers. Empty when that sentence holds no number."""
+    """Quantities stated in the answer's first informative sentence, outside parentheses ("90 days", "$1,200",
+    "one hour" -> "1 hour"); a heuristic gold for free-text answers. Empty when that sentence holds no number."""
     from rag.text import split_sentences
 
     for sentence in split_sentences(answer):
         words = [w for w in re.findall(r"[a-z0-9]+", sentence.lower()) if w not in _STOP]
         if len(words) < 3:
             continue  # "Not yet." / "No." carry the verdict but nothing checkable
-        return [m.group(0).strip() for m in _QUANTITY.finditer(sentence) if re.search(r"\d", m.group(0))]
+        main = numbers_to_digits(re.sub(r"\([^)]*\)", " ", sentence).lower())  # parentheticals are details
+        return [m.group(0).strip() for m in _QUANTITY.finditer(main) if re.search(r"\d", m.group(0))]
     return []
 
 

@@ -56,7 +56,8 @@ def sweep_figure(result: SweepResult, *, title: str | None = None, show_curve: b
                 color=color,
                 linestyle="--",
                 linewidth=1,
-                label=f"control, gold removed ({_length_name(length)})",
+                label=f"control, gold removed ({_length_name(length)}): "
+                f"{controls[length].accuracy:.0%} right, {controls[length].abstention_rate:.0%} abstained",
             )
     curve = result.config.get("curve") if result.generator == "simulated" else None
     if show_curve and curve:
@@ -75,7 +76,7 @@ def sweep_figure(result: SweepResult, *, title: str | None = None, show_curve: b
     ax.set_xlabel("Depth of the gold passage in the context (%)")
     ax.set_ylabel("Answer accuracy")
     ax.set_xlim(-5, 105)
-    ax.set_ylim(0, 1.02)
+    ax.set_ylim(-0.02, 1.02)
     ax.set_xticks([0, 25, 50, 75, 100])
     ax.grid(alpha=0.3)
     ax.set_title(f"Accuracy by position ({conf:.0%} Wilson intervals)", fontsize=10)
@@ -103,11 +104,11 @@ def sweep_figure(result: SweepResult, *, title: str | None = None, show_curve: b
             )
         bx.set_xticks(range(len(labels)))
         bx.set_xticklabels(labels, rotation=20, fontsize=8)
-        bx.set_ylim(0, 1.02)
+        bx.set_ylim(0, 1.15)
         bx.set_ylabel("Answer accuracy")
         bx.set_title("Packing strategy / spacing (gold placed by the strategy)", fontsize=10)
         bx.grid(axis="y", alpha=0.3)
-        bx.legend(fontsize=7)
+        bx.legend(fontsize=7, loc="upper center", ncol=max(1, len(lengths)))
     model = result.model or result.generator
     fig.suptitle(title or f"Position sweep: {model}, {result.n_questions} question(s)", fontsize=11)
     return fig

@@ -804,6 +804,11 @@ def run_sweep(
             "No question has gold evidence to place.",
             hint="Check that the index holds the documents the questions quote (rag ingest) and --limit.",
         )
+    if generator is None and config.generator == "extractive" and any(es.kind != "qa" for es in sets):
+        raise ConfigurationError(
+            "The extractive generator answers passage questions, not key-value lookups.",
+            hint="Use --generator openai (a real model) or simulated for the key-value task.",
+        )
     if generator is None:
         if config.generator == "openai" and settings is None:
             from rag.config import load_settings

@@ -158,6 +158,7 @@ class QAReport:
     rows: list[dict[str, Any]]
     confidence: float = 0.95
     meta: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list)  # raw `rag ask --json` objects, with "id"
 
     @property
     def types(self) -> dict[str, dict[str, Any]]:
@@ -190,6 +191,7 @@ def run_qa(
     from rag.types import Principal
 
     rows = []
+    results = []
     for i, q in enumerate(questions, 1):
         principal = Principal(q.user or default_user, frozenset(q.groups))
         question = Question(
@@ -206,6 +208,7 @@ def run_qa(
                 "timings_ms": {"total": (time.perf_counter() - start) * 1000},
             }
         rows.append(grade_question(q, result))
+        results.append({"id": q.id, **result})
         if progress is not None:
             progress(i, len(questions))
-    return QAReport(rows, confidence)
+    return QAReport(rows, confidence, results=results)

@@ -221,5 +221,7 @@ def test_qa_command_with_a_fake_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert data["types"]["single"]["evidence_recall"]["rate"] == 1.0
     assert data["types"]["unanswerable"]["abstention_recall"]["rate"] == 1.0
     assert (tmp_path / "qa" / "report.json").is_file()
+    raw = [json.loads(line) for line in (tmp_path / "qa" / "results.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in raw] == ["a", "b"] and raw[0]["answer"] == "45 days [1]."
     table = runner.invoke(eval_app, ["qa", "--questions", str(questions), "--data-dir", str(tmp_path)])
     assert table.exit_code == 0 and "overall" in table.stdout

@@ -76,6 +76,13 @@ def test_a_gold_that_is_itself_negative_is_not_its_own_negation() -> None:
     assert not strict_match("Gift cards are refundable within 45 days.", answers)
 
 
+def test_citation_markers_are_not_answer_text() -> None:
+    # "$30" must not be found in the passage id [30]; "45 days" is not "[45] days".
+    assert strict_match("Internet costs are not reimbursed. [30]\nSources: [30]", ["not reimbursed"], ["$30"])
+    assert not normalised_match("It is [45] days.", GOLD)
+    assert normalised_match("It is 45 days [1][2].", GOLD)
+
+
 def test_must_not_contain_fails_strict() -> None:
     assert not strict_match("$120 per day (the old table said $100).", ["$120"], must_not_contain=["$100"])
     assert strict_match("$120 per day.", ["$120"], must_not_contain=["$100"])
@@ -151,7 +158,9 @@ def test_key_facts_and_content_recall_for_free_text_golds() -> None:
         "Not yet. New team members have to wait 90 days before they get access to the prodev budget "
         "(an annual $1,200 for full-time staff)."
     )
-    assert key_facts(answer) == ["90 days", "$1,200"]
+    assert key_facts(answer) == ["90 days"]  # the parenthetical is a detail, not the answer
+    assert key_facts("Report it within one hour, then call 1-866 (not 2-877).") == ["1 hour", "1", "866"]
+    assert normalised_match("Paid on the 25th day of the month.", ["25"])
     assert key_facts("Only that you were employed, your employment dates, and the positions you held.") == []
     assert (
         content_recall(
