@@ -1,0 +1,585 @@
+"""Second-stage rerankers behind one narrow interface.
+
+Every reranker takes the fused candidate list and returns all of it, best first, with ``rerank_score`` and
+``rerank_rank`` (1-based) set. Implementations:
+
+- ``NoReranker`` ("none"): keeps fusion order; ``rerank_score`` is the fused score.
+- ``FeatureReranker`` ("features-v1"): a linear model over lexical, dense and fusion features of each
+  (question, candidate) pair, trained by ``python -m rag.rerank_train``. Costs a few milliseconds for 40
+  candidates, so it fits the interactive budget on 2 CPU cores (see docs/rerankers.md for the measurement).
+- ``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` from a local folder (or a model id
+  when a hub is reachable). Accurate but ~50 ms per passage on 2 cores: opt-in only.
+- ``LLMJudgeReranker``: asks an OpenAI-compatible LLM for 0-10 relevance scores of several passages per
+  prompt; falls back to fusion order (and records why in ``last_error``) when the reply is unusable.
+
+``load_reranker(settings)`` picks one from ``settings.reranker``; ``"auto"`` is the measured default
+(``AUTO_RERANKER``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from rag.config import Settings
+from rag.embedder import passage_text
+from rag.errors import ConfigurationError, RetrievalError
+from rag.text import bm25_tokens, split_sentences
+from rag.types import Candidate
+
+# The measured default (docs/rerankers.md, benchmarks/rerankers.py): the feature model improved nDCG@10 on
+# held-out SciFact and NQ queries at a few ms per query; a cross-encoder does not fit 300 ms p50 on 2 cores.
+AUTO_RERANKER = "features"
+DEFAULT_FEATURE_MODEL = Path(__file__).parent / "models" / "reranker_features.json"
+
+_RETRAIN = "Retrain it with `python -m rag.rerank_train`, or set RAG_RERANKER=none."
+
+IdfProvider = Mapping[str, float] | Callable[[str], float | None]
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """All candidates, best first, with ``rerank_score`` and ``rerank_rank`` (1-based) set."""
+        ...
+
+    def support(self, sentence: str, passage: str) -> float | None:
+        """How well ``passage`` supports ``sentence``, in [0, 1]; None when this reranker cannot say."""
+        ...
+
+
+def _rank_by(candidates: Sequence[Candidate], scores: Sequence[float]) -> list[Candidate]:
+    """Attach scores and 1-based ranks; ties keep fusion order (then chunk id), so output is deterministic."""
+    if len(scores) != len(candidates):
+        raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
+
+    def fused_key(c: Candidate) -> int:
+        return c.fused_rank if c.fused_rank is not None else 1 << 30
+
+    order = sorted(
+        range(len(candidates)),
+        key=lambda i: (-float(scores[i]), fused_key(candidates[i]), i),
+    )
+    return [
+        candidates[i].with_(rerank_score=float(scores[i]), rerank_rank=rank)
+        for rank, i in enumerate(order, start=1)
+    ]
+
+
+def _fused_order_scores(candidates: Sequence[Candidate]) -> list[float]:
+    """Scores that reproduce fusion order: the fused score itself (ties fall back to fused_rank)."""
+    return [float(c.fused_score) for c in candidates]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -60.0, 60.0)))
+
+
+class NoReranker:
+    """Keeps fusion order: ``rerank_score`` = ``fused_score``."""
+
+    name = "none"
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        return _rank_by(candidates, _fused_order_scores(candidates))
+
+    def support(self, sentence: str, passage: str) -> float | None:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Feature reranker
+# ---------------------------------------------------------------------------------------------------------
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "bm25_log",  # log1p(raw BM25 score); 0 when the lexical leg missed the candidate
+    "bm25_norm",  # BM25 score / best BM25 score in the list
+    "bm25_rr",  # 1 / bm25_rank
+    "bm25_present",
+    "dense_cos",  # cosine; candidates the dense leg missed get the list's lowest cosine
+    "dense_norm",  # min-max normalised cosine within the list
+    "dense_rr",  # 1 / dense_rank
+    "dense_present",
+    "fused_norm",  # fused score / best fused score
+    "fused_rr",  # 1 / fused_rank
+    "coverage_idf",  # IDF-weighted share of query terms present in the passage
+    "coverage",  # unweighted share of query terms present
+    "bigram",  # share of query bigrams present as bigrams in the passage
+    "title_overlap",  # IDF-weighted share of query terms in title + section
+    "numbers",  # share of the question's numbers present in the passage (0 when it has none)
+    "log_len",  # log(1 + passage tokens)
+)
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_WORDS = re.compile(r"\w+")
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    return set(zip(tokens, tokens[1:], strict=False))
+
+
+@dataclass(frozen=True)
+class _Passage:
+    tokens: list[str]
+    terms: frozenset[str]
+    head_terms: frozenset[str]
+    numbers: frozenset[str]
+
+
+def _passage_of(candidate: Candidate) -> _Passage:
+    chunk = candidate.chunk
+    full = passage_text(chunk.title, chunk.section, chunk.text)
+    tokens = bm25_tokens(full)
+    head = bm25_tokens(f"{chunk.title} {chunk.section}")
+    return _Passage(tokens, frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
+
+
+def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
+    """BM25-style IDF of the query terms over the candidate passages themselves (no corpus statistics)."""
+    n = len(term_sets)
+    out = {}
+    for t in terms:
+        df = sum(1 for s in term_sets if t in s)
+        out[t] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    return out
+
+
+def _lookup_idf(idf: IdfProvider, term: str, fallback: float) -> float:
+    value = idf(term) if callable(idf) else idf.get(term)
+    return fallback if value is None else max(float(value), 0.0)
+
+
+def candidate_features(
+    question: str, candidates: Sequence[Candidate], *, idf: IdfProvider | None = None
+) -> np.ndarray:
+    """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list."""
+    n = len(candidates)
+    x = np.zeros((n, len(FEATURE_NAMES)), dtype=np.float64)
+    if n == 0:
+        return x
+    col = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
+    bm25 = np.array(
+        [c.bm25_score if c.bm25_score is not None else np.nan for c in candidates], dtype=np.float64
+    )
+    has_bm25 = ~np.isnan(bm25)
+    bm25_filled = np.where(has_bm25, np.maximum(np.nan_to_num(bm25), 0.0), 0.0)
+    x[:, col["bm25_log"]] = np.log1p(bm25_filled)
+    top = bm25_filled.max()
+    x[:, col["bm25_norm"]] = bm25_filled / top if top > 0 else 0.0
+    x[:, col["bm25_rr"]] = [1.0 / c.bm25_rank if c.bm25_rank else 0.0 for c in candidates]
+    x[:, col["bm25_present"]] = has_bm25
+
+    dense = np.array(
+        [c.dense_score if c.dense_score is not None else np.nan for c in candidates], dtype=np.float64
+    )
+    has_dense = ~np.isnan(dense)
+    floor = float(np.nanmin(dense)) if has_dense.any() else 0.0
+    dense_filled = np.where(has_dense, np.nan_to_num(dense), floor)
+    x[:, col["dense_cos"]] = dense_filled
+    spread = float(dense_filled.max() - dense_filled.min())
+    x[:, col["dense_norm"]] = (dense_filled - dense_filled.min()) / spread if spread > 0 else 0.0
+    x[:, col["dense_rr"]] = [1.0 / c.dense_rank if c.dense_rank else 0.0 for c in candidates]
+    x[:, col["dense_present"]] = has_dense
+
+    fused = np.array([c.fused_score for c in candidates], dtype=np.float64)
+    x[:, col["fused_norm"]] = fused / fused.max() if fused.max() > 0 else 0.0
+    x[:, col["fused_rr"]] = [1.0 / c.fused_rank if c.fused_rank else 0.0 for c in candidates]
+
+    q_tokens = bm25_tokens(question)
+    q_terms = list(dict.fromkeys(q_tokens))
+    q_bigrams = _bigrams(q_tokens)
+    q_numbers = _numbers(question)
+    passages = [_passage_of(c) for c in candidates]
+    local = _local_idf([p.terms for p in passages], q_terms)
+    weights = {t: (_lookup_idf(idf, t, local[t]) if idf is not None else local[t]) for t in q_terms}
+    total = sum(weights.values())
+    for i, p in enumerate(passages):
+        if q_terms:
+            present = [t for t in q_terms if t in p.terms]
+            x[i, col["coverage"]] = len(present) / len(q_terms)
+            if total > 0:
+                x[i, col["coverage_idf"]] = sum(weights[t] for t in present) / total
+                x[i, col["title_overlap"]] = sum(weights[t] for t in q_terms if t in p.head_terms) / total
+        if q_bigrams:
+            x[i, col["bigram"]] = len(q_bigrams & _bigrams(p.tokens)) / len(q_bigrams)
+        if q_numbers:
+            x[i, col["numbers"]] = len(q_numbers & p.numbers) / len(q_numbers)
+        x[i, col["log_len"]] = math.log1p(len(p.tokens))
+    return x
+
+
+@dataclass(frozen=True)
+class FeatureModel:
+    """A linear scorer over standardised features, plus Platt scaling so scores read as P(relevant)."""
+
+    name: str
+    features: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    calibration: tuple[float, float]  # rerank_score = sigmoid(a * raw + b)
+    meta: Mapping[str, Any]
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.mean) / self.scale) @ self.weights
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        a, b = self.calibration
+        return _sigmoid(a * self.raw_scores(x) + b)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "features": list(self.features),
+            "mean": [round(float(v), 8) for v in self.mean],
+            "scale": [round(float(v), 8) for v in self.scale],
+            "weights": [round(float(v), 8) for v in self.weights],
+            "calibration": [round(float(v), 8) for v in self.calibration],
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FeatureModel:
+        try:
+            features = tuple(str(f) for f in data["features"])
+            mean, scale, weights = (
+                np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "weights")
+            )
+            a, b = (float(v) for v in data.get("calibration", (1.0, 0.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"Reranker model file is malformed: {exc!r}", hint=_RETRAIN) from exc
+        unknown = set(features) - set(FEATURE_NAMES)
+        if unknown:
+            raise ConfigurationError(
+                f"Reranker model uses unknown features {sorted(unknown)}.", hint=_RETRAIN
+            )
+        if any(v.shape != (len(features),) for v in (mean, scale, weights)):
+            raise ConfigurationError("Reranker model file is malformed: array lengths differ.", hint=_RETRAIN)
+        name = str(data.get("name", "features-v1"))
+        return cls(name, features, mean, scale, weights, (a, b), dict(data.get("meta", {})))
+
+    @classmethod
+    def load(cls, path: Path = DEFAULT_FEATURE_MODEL) -> FeatureModel:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"Cannot read the reranker model {path}: {exc}", hint=_RETRAIN) from exc
+        return cls.from_json(data)
+
+
+class FeatureReranker:
+    """Learned linear combination of lexical, dense and fusion features (``features-v1``).
+
+    ``idf`` optionally supplies corpus document-frequency statistics (e.g. the BM25 index's IDF); without it,
+    IDF is estimated from the candidate passages themselves, which is also how the shipped model was trained.
+    ``embedder`` (optional) is only used by :meth:`support`.
+    """
+
+    def __init__(
+        self,
+        model: FeatureModel | None = None,
+        *,
+        idf: IdfProvider | None = None,
+        embedder: Any | None = None,
+    ) -> None:
+        self.model = model or FeatureModel.load()
+        self.name = self.model.name
+        self.idf = idf
+        self.embedder = embedder
+        self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
+
+    def features(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
+        return candidate_features(question, candidates, idf=self.idf)[:, self._columns]
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        if not candidates:
+            return []
+        scores = self.model.probabilities(self.features(question, candidates))
+        return _rank_by(candidates, scores.tolist())
+
+    def support(self, sentence: str, passage: str) -> float | None:
+        """Share of the sentence's content terms found in the passage (IDF-weighted when ``idf`` is set);
+        with an embedder, averaged with the best sentence-to-passage-sentence cosine. Uncalibrated."""
+        terms = list(dict.fromkeys(bm25_tokens(sentence)))
+        present = set(bm25_tokens(passage))
+        if not terms:  # only stopwords: fall back to plain words
+            terms = list(dict.fromkeys(_WORDS.findall(sentence.lower())))
+            present = set(_WORDS.findall(passage.lower()))
+        if not terms:
+            return 0.0
+        w = {t: (_lookup_idf(self.idf, t, 1.0) if self.idf is not None else 1.0) for t in terms}
+        total = sum(w.values()) or 1.0
+        lexical = sum(w[t] for t in terms if t in present) / total
+        if self.embedder is None:
+            return float(lexical)
+        pieces = split_sentences(passage) or [passage]
+        vectors = self.embedder.embed_queries([sentence, *pieces])
+        best = float(np.max(vectors[1:] @ vectors[0]))
+        return float(min(1.0, max(0.0, 0.5 * lexical + 0.5 * max(0.0, best))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cross-encoder
+# ---------------------------------------------------------------------------------------------------------
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers CrossEncoder; all pairs go through one ``predict`` call."""
+
+    def __init__(self, path_or_id: str, *, batch_size: int = 32, max_length: int | None = None) -> None:
+        import os
+
+        local = Path(path_or_id).expanduser()
+        if local.is_dir():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from sentence_transformers import CrossEncoder
+
+            self._model = CrossEncoder(
+                str(local) if local.is_dir() else path_or_id, device="cpu", max_length=max_length
+            )
+        except Exception as exc:  # OSError, ValueError, hub errors: all mean "cannot load this model"
+            raise ConfigurationError(
+                f"Cannot load the cross-encoder {path_or_id!r}: {exc}",
+                hint="Set RAG_RERANKER_PATH to a local CrossEncoder folder, or RAG_RERANKER=features.",
+            ) from exc
+        self.name = f"cross-encoder:{local.name if local.is_dir() else path_or_id}"
+        self.batch_size = batch_size
+
+    def _scores(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        import torch
+
+        try:
+            logits = self._model.predict(
+                pairs,
+                batch_size=self.batch_size,
+                activation_fn=torch.nn.Identity(),
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise RetrievalError(f"Cross-encoder reranking failed: {exc}") from exc
+        logits = np.asarray(logits, dtype=np.float64)
+        if logits.ndim == 1 or logits.shape[-1] == 1:
+            return _sigmoid(logits.reshape(-1))
+        # several labels: probability of the last ("relevant") class
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return shifted[:, -1] / shifted.sum(axis=1)
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        if not candidates:
+            return []
+        pairs = [(question, passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in candidates]
+        return _rank_by(candidates, self._scores(pairs).tolist())
+
+    def support(self, sentence: str, passage: str) -> float | None:
+        return float(self._scores([(sentence, passage)])[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# LLM judge
+# ---------------------------------------------------------------------------------------------------------
+
+JUDGE_SYSTEM = (
+    "You judge search results. For each numbered passage, rate how useful it is for answering the question, "
+    "from 0 (irrelevant) to 10 (answers it directly)."
+)
+
+
+def _judge_prompt(question: str, passages: Sequence[str]) -> str:
+    blocks = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(passages, start=1))
+    return (
+        f"Question: {question}\n\nPassages:\n\n{blocks}\n\n"
+        f"Reply with only a JSON list of {len(passages)} numbers from 0 to 10, one per passage, "
+        f"in passage order (first number for [1])."
+    )
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+def parse_judge_scores(reply: str, n: int) -> list[float]:
+    """Pull ``n`` scores in [0, 10] out of an LLM reply. Raises ValueError when it cannot.
+
+    Accepts a bare JSON list (``[7, 0, 3]``), one inside a code fence or prose, a list of strings or of
+    ``{"id"|"passage": i, "score": s}`` objects, and ``{"scores": [...]}``.
+    """
+    text = reply.strip()
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    value: Any = None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        for match in re.finditer(r"\[[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*\]", text, re.DOTALL):
+            try:
+                value = json.loads(match.group(0))
+                break
+            except ValueError:
+                continue
+    if isinstance(value, dict):
+        for key in ("scores", "score", "ratings", "relevance"):
+            if isinstance(value.get(key), list):
+                value = value[key]
+                break
+    if not isinstance(value, list):
+        raise ValueError(f"no JSON list of scores in the reply: {reply[:120]!r}")
+    if value and all(isinstance(v, dict) for v in value):
+        by_index: dict[int, Any] = {}
+        for pos, item in enumerate(value, start=1):
+            idx = item.get("id", item.get("passage", item.get("index", pos)))
+            by_index[int(idx)] = item.get("score", item.get("relevance"))
+        value = [by_index.get(i) for i in range(1, n + 1)]
+    if len(value) != n:
+        raise ValueError(f"expected {n} scores, got {len(value)}")
+    scores = []
+    for v in value:
+        if isinstance(v, bool) or v is None:
+            raise ValueError(f"not a score: {v!r}")
+        score = float(v)  # numbers and numeric strings; ValueError otherwise
+        if not math.isfinite(score):
+            raise ValueError(f"not a score: {v!r}")
+        scores.append(min(10.0, max(0.0, score)))
+    return scores
+
+
+class LLMJudgeReranker:
+    """Scores passages with an LLM, ``batch_size`` passages per prompt; fusion order when that fails.
+
+    ``last_error`` holds why the most recent call fell back (None after a clean call).
+    """
+
+    name = "llm-judge"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        batch_size: int = 8,
+        max_passage_chars: int = 1200,
+        client: Any | None = None,
+    ) -> None:
+        if client is None:
+            if not settings.llm_base_url:
+                raise ConfigurationError(
+                    "The LLM reranker needs an OpenAI-compatible server.", hint="Set RAG_LLM_BASE_URL."
+                )
+            from openai import OpenAI
+
+            client = OpenAI(
+                base_url=settings.llm_base_url,
+                api_key=settings.llm_api_key,
+                timeout=settings.llm_timeout_s,
+                max_retries=settings.llm_max_retries,
+            )
+        self._client = client
+        self.model = settings.llm_model
+        self.batch_size = max(1, batch_size)
+        self.max_passage_chars = max_passage_chars
+        self.last_error: str | None = None
+
+    def _ask(self, question: str, passages: Sequence[str]) -> list[float]:
+        trimmed = [
+            p if len(p) <= self.max_passage_chars else p[: self.max_passage_chars] + " ..." for p in passages
+        ]
+        response = self._client.chat.completions.create(
+            model=self.model,
+            messages=[
+                {"role": "system", "content": JUDGE_SYSTEM},
+                {"role": "user", "content": _judge_prompt(question, trimmed)},
+            ],
+            temperature=0,
+            max_tokens=8 + 6 * len(passages),
+        )
+        reply = response.choices[0].message.content or ""
+        return parse_judge_scores(reply, len(passages))
+
+    def judge(self, question: str, passages: Sequence[str]) -> list[float]:
+        """Scores in [0, 10], one per passage; raises on any failure (transport or parsing)."""
+        scores: list[float] = []
+        for start in range(0, len(passages), self.batch_size):
+            scores.extend(self._ask(question, passages[start : start + self.batch_size]))
+        return scores
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        self.last_error = None
+        if not candidates:
+            return []
+        texts = [passage_text(c.chunk.title, c.chunk.section, c.chunk.text) for c in candidates]
+        try:
+            scores = self.judge(question, texts)
+        except Exception as exc:  # openai.APIError, timeouts, unparsable replies: keep fusion order
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return _rank_by(candidates, _fused_order_scores(candidates))
+        return _rank_by(candidates, [s / 10.0 for s in scores])
+
+    def support(self, sentence: str, passage: str) -> float | None:
+        self.last_error = None
+        try:
+            return self.judge(sentence, [passage])[0] / 10.0
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def load_reranker(
+    settings: Settings, *, embedder: Any | None = None, idf: IdfProvider | None = None
+) -> Reranker:
+    """The reranker ``settings.reranker`` names; ``"auto"`` is the measured default (``AUTO_RERANKER``)."""
+    choice = (settings.reranker or "auto").strip().lower()
+    if choice == "auto":
+        choice = AUTO_RERANKER
+    if choice == "none":
+        return NoReranker()
+    if choice in ("features", "features-v1"):
+        path = Path(settings.reranker_path) if settings.reranker_path else DEFAULT_FEATURE_MODEL
+        if path.suffix != ".json":  # reranker_path may name a cross-encoder; the feature model stays default
+            path = DEFAULT_FEATURE_MODEL
+        return FeatureReranker(FeatureModel.load(path), idf=idf, embedder=embedder)
+    if choice in ("cross-encoder", "cross_encoder", "crossencoder"):
+        if not settings.reranker_path:
+            raise ConfigurationError(
+                "The cross-encoder reranker needs a model.",
+                hint="Set RAG_RERANKER_PATH to a local CrossEncoder folder (or a model id if a hub is reachable).",
+            )
+        return CrossEncoderReranker(settings.reranker_path)
+    if choice == "llm":
+        return LLMJudgeReranker(settings)
+    raise ConfigurationError(
+        f"Unknown reranker {settings.reranker!r}.",
+        hint="Set RAG_RERANKER to one of: auto, none, features, cross-encoder, llm.",
+    )
+
+
+__all__ = [
+    "AUTO_RERANKER",
+    "FEATURE_NAMES",
+    "CrossEncoderReranker",
+    "FeatureModel",
+    "FeatureReranker",
+    "LLMJudgeReranker",
+    "NoReranker",
+    "Reranker",
+    "candidate_features",
+    "load_reranker",
+    "parse_judge_scores",
+]

