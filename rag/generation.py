@@ -114,6 +114,11 @@ _QUOTES_HEADING = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?(?:relevant[ \t]+)?quot(?:es|ations?)(?:\*\*|__)?[ \t]*:?(?:\*\*|__)?[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
 )
+_QUOTES_PREFIX = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?(?:relevant[ \t]+)?quot(?:es|ations?)(?:\*\*|__)?[ \t]*:(?:\*\*|__)?[ \t]*",
+    re.IGNORECASE,
+)
+_ONLY_IDS = re.compile(r"[\s\[\](),;.\d]*")  # "[1] [2]": ids without any quoted text
 _OPEN = "\"\u201c\u201e\u00ab'"
 _CLOSE = "\"\u201d\u00bb'"
 # [n] "quote"  |  [n]: quote  |  "quote" [n]  |  "quote" (passage n)
@@ -135,8 +140,8 @@ def parse_quotes(block: str, evidence: Sequence[Evidence]) -> tuple[Quote, ...]:
     by_n = {e.n: _norm(e.candidate.chunk.text) for e in evidence}
     quotes = []
     for line in block.splitlines():
-        line = line.strip()
-        if not line or _QUOTES_HEADING.fullmatch(line):
+        line = _QUOTES_PREFIX.sub("", line.strip()).strip()
+        if not line:
             continue
         n: int | None = None
         m = _QUOTE_CITED_FIRST.match(line)
@@ -149,7 +154,12 @@ def parse_quotes(block: str, evidence: Sequence[Evidence]) -> tuple[Quote, ...]:
             else:
                 text = re.sub(r"^\s*(?:[-*\u2022]|\d+[.)])\s*", "", line)
         text = text.strip().strip(_OPEN + _CLOSE).strip()
-        if not text or text.lower() in {"none", "n/a", "no relevant quotes", "no relevant quotes."}:
+        if _ONLY_IDS.fullmatch(text) or text.lower() in {
+            "none",
+            "n/a",
+            "no relevant quotes",
+            "no relevant quotes.",
+        }:
             continue
         pieces = [p for p in re.split(r"\.{3}|\u2026", _norm(text)) if p.strip()]
         verbatim = n in by_n and all(p.strip() in by_n[n] for p in pieces)
@@ -187,7 +197,11 @@ def _is_heading(text: str, match: re.Match[str]) -> bool:
 
 
 def _looks_like_quote(line: str) -> bool:
-    s = re.sub(r"^\s*(?:[-*\u2022]|\d+[.)])?\s*(?:\[\d+\]\s*[:\-\u2013\u2014]?\s*)?", "", line)
+    s = re.sub(
+        r"^\s*(?:[-*\u2022]|\d+[.)])?\s*(?:\[\d+\]\s*[:\-\u2013\u2014]?\s*)?",
+        "",
+        _QUOTES_PREFIX.sub("", line),
+    )
     return (
         bool(s)
         and s[0] in _OPEN
@@ -205,14 +219,13 @@ def split_quotes(generated: Generated, evidence: Sequence[Evidence]) -> Generati
 
 
 # ---------------------------------------------------------------------- map-reduce
-# Both steps reuse the prompt builder's fence and passage headers (rag.stages.prompt), so retrieved text and the
-# notes drawn from it stay marked as untrusted evidence, with fence markers inside them neutralised.
-MAP_INSTRUCTIONS = (
-    "List every fact from the evidence above that helps answer the question, one per line, starting with '- ', "
-    "copying numbers, dates, amounts and conditions exactly, and ending each line with the id of its passage "
-    "in square brackets, like [{example}]. Include exceptions and conditions that limit a rule. "
-    "Do not answer the question yet. If no passage helps, write only: NONE"
-)
+# The map step asks each group of passages the question with the project's own prompt (so the layout, the
+# untrusted-evidence fence and the citation instructions are the ones measured for `standard`), and keeps from
+# each partial answer only the statements its passages support: with the packaged 1.5B model a dedicated
+# "extract the facts" prompt produced bare ids or NONE, while a partial answer over passages that do not hold
+# the answer invented one ("30 days [4]"). The support check drops such lines. The reduce step then writes the
+# cited answer from the notes (telling that model to leave out unhelpful notes made it answer with bare ids).
+MIN_SUPPORT = 0.5  # share of a note's content words found in the passage it cites
 REDUCE_INSTRUCTIONS = (
     "The evidence above is notes taken from numbered policy passages; each note ends with its passage id. "
     "Answer the question using only these notes; do not use outside knowledge. Be concise. "
@@ -220,27 +233,6 @@ REDUCE_INSTRUCTIONS = (
     "If the notes disagree, say so and cite both. "
     "If the notes do not answer the question, say that the policies provided do not cover it."
 )
-
-
-def map_prompt(question: str, group: Sequence[Evidence]) -> Prompt:
-    """The map step's prompt: question first, the group's passages (global [n]), instructions, question again."""
-    from rag.stages.prompt import EVIDENCE_END, EVIDENCE_START, SYSTEM, neutralise, passage_header
-
-    q = neutralise(question.strip())
-    passages = "\n\n".join(
-        f"{passage_header(e.n, e.candidate.chunk)}\n{neutralise(e.candidate.chunk.text.strip())}"
-        for e in group
-    )
-    user = (
-        f"Question: {q}\n\n{EVIDENCE_START}\n{passages}\n{EVIDENCE_END}\n\n"
-        f"Instructions:\n{MAP_INSTRUCTIONS.format(example=group[0].n)}\n\nQuestion (repeated): {q}"
-    )
-    return Prompt(
-        system=SYSTEM,
-        user=user,
-        evidence_map=tuple((e.n, e.candidate.chunk_id) for e in group),
-        n_tokens=_approx_tokens(SYSTEM) + _approx_tokens(user),
-    )
 
 
 def reduce_prompt(question: str, notes: Sequence[str], evidence: Sequence[Evidence]) -> Prompt:
@@ -263,23 +255,81 @@ def reduce_prompt(question: str, notes: Sequence[str], evidence: Sequence[Eviden
 
 _CITE = re.compile(r"\[(\d+)\]")
 _NONE = re.compile(r"^\W*(none|n/?a|no relevant (facts?|information))\W*$", re.IGNORECASE)
+_SOURCES_LINE = re.compile(r"^\W*(sources?|references?|citations?|passages? used)\W*:", re.IGNORECASE)
+_SOURCES_TAIL = re.compile(r"\b(?:sources?|references?)\s*:", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 
 
-def clean_notes(output: str, group: Sequence[Evidence]) -> str:
-    """Keep the map output's fact lines; drop citations of passages outside the group (the model cannot have
-    read them) and a line that is only NONE. A one-passage group's uncited facts get that passage's id."""
-    allowed = {e.n for e in group}
-    kept = []
+def _statements(line: str) -> list[tuple[str, list[int]]]:
+    """Split a line into (statement, cited ids). "[1] text [2] text" cites before; "text [1][2]. text [3]" after."""
+    parts = [p for p in _CITE.split(line)]  # text, id, text, id, ...
+    texts, ids = parts[0::2], [int(n) for n in parts[1::2]]
+    out: list[tuple[str, list[int]]] = []
+    if not texts[0].strip() and ids:  # ids first
+        pending: list[int] = []
+        for i, n in enumerate(ids):
+            pending.append(n)
+            following = texts[i + 1]
+            if following.strip(" .,;:"):
+                out.append((following, pending))
+                pending = []
+        return out
+    current, cited = texts[0], []
+    for i, n in enumerate(ids):
+        cited.append(n)
+        following = texts[i + 1]
+        if following.strip(" .,;:"):
+            out.append((current, cited))
+            current, cited = following, []
+    out.append((current, cited))
+    return out
+
+
+def support(statement: str, passage: str) -> float:
+    """How well a passage supports a statement: the share of its content words found there, and 0 when a number
+    in the statement is missing from the passage (a wrong figure is the failure that matters most)."""
+    from rag.text import bm25_tokens
+
+    if any(num not in passage for num in _NUMBER.findall(statement)):
+        return 0.0
+    words = set(bm25_tokens(statement))
+    if not words:
+        return 0.0
+    return len(words & set(bm25_tokens(passage))) / len(words)
+
+
+def clean_notes(output: str, group: Sequence[Evidence], *, min_support: float = MIN_SUPPORT) -> str:
+    """A map output as "- statement [n]" lines, keeping only statements a passage of the group supports.
+
+    A statement keeps the ids it cites when they support it; otherwise (uncited, or citing a passage outside
+    the group or one that does not hold it) it is attributed to the group's best-supporting passage, or dropped.
+    NONE, "Sources: ..." lines and bare ids are dropped."""
+    texts = {e.n: e.candidate.chunk.text for e in group}
+    kept: list[str] = []
     for raw in output.splitlines():
-        line = raw.strip()
-        if not line or _NONE.match(line) or line.endswith(":"):
+        line = re.sub(r"^\s*(?:[-*\u2022]|\d+[.)])\s+", "", raw.strip())
+        if not line or _NONE.match(line) or _SOURCES_LINE.match(line) or line.endswith(":"):
             continue
-        line = re.sub(r"^(?:[-*\u2022]|\d+[.)])\s*", "", line)
-        line = _CITE.sub(lambda m: m.group(0) if int(m.group(1)) in allowed else "", line).strip()
-        if not _CITE.search(line) and len(allowed) == 1:
-            line = f"{line} [{next(iter(allowed))}]"
-        if line and not _NONE.match(line):
-            kept.append(f"- {line}")
+        for statement, ids in _statements(line):
+            statement = _SOURCES_TAIL.split(statement)[0]
+            fact = (
+                re.sub(r"\s+", " ", statement)
+                .strip(" :;,-\u2013\u2014")
+                .strip()
+                .strip(_OPEN + _CLOSE)
+                .strip()
+            )
+            if _ONLY_IDS.fullmatch(fact) or _NONE.match(fact):
+                continue
+            cited = [n for n in dict.fromkeys(ids) if n in texts]
+            if not cited or support(fact, " ".join(texts[n] for n in cited)) < min_support:
+                best = max(texts, key=lambda n: support(fact, texts[n]))
+                if support(fact, texts[best]) < min_support:
+                    continue
+                cited = [best]
+            note = f"- {fact} {''.join(f'[{n}]' for n in cited)}"
+            if note not in kept:
+                kept.append(note)
     return "\n".join(kept)
 
 
@@ -293,29 +343,29 @@ def map_reduce(
     max_tokens: int | None = None,
     prompt: Prompt | None = None,
 ) -> GenerationResult:
-    """Answer over many passages in two steps: map (facts with their [n] from each group of ``group_size``
-    passages, global numbering kept) and reduce (the cited answer from all notes).
+    """Answer over many passages in two steps. Map: each group of ``group_size`` passages (in [n] order, global
+    numbering kept) is asked the question with ``build_prompt(question, group)`` (default: the project's prompt
+    builder) and its statements a passage supports become notes. Reduce: one call writes the cited answer from
+    all notes. Without any note it answers NOTHING_FOUND, without a reduce call.
 
-    When every passage fits in one group there is nothing to reduce: one standard call answers, with ``prompt``
-    if given, else ``build_prompt(question, evidence)`` (default: the project's prompt builder).
+    When every passage fits in one group there is nothing to reduce: one call answers, with ``prompt`` if given.
     """
     if group_size < 1:
         raise ConfigurationError("map_reduce needs group_size >= 1.", hint="Pass group_size=3 (the default).")
+    if build_prompt is None:
+        from rag.stages.prompt import build_prompt as project_builder
+
+        build_prompt = project_builder
     ordered = sorted(evidence, key=lambda e: e.n)
     if len(ordered) <= group_size:
-        if prompt is None:
-            if build_prompt is None:
-                from rag.stages.prompt import build_prompt as project_builder
-
-                build_prompt = project_builder
-            prompt = build_prompt(question, ordered)
-        return _with_mode(client.complete(prompt, max_tokens=max_tokens), "map_reduce")
+        single = prompt if prompt is not None else build_prompt(question, ordered)
+        return _with_mode(client.complete(single, max_tokens=max_tokens), "map_reduce")
     groups = [ordered[i : i + group_size] for i in range(0, len(ordered), group_size)]
     notes: list[str] = []
     prompt_tokens = completion_tokens = 0
     model = client.model
     for group in groups:
-        out = client.complete(map_prompt(question, group), max_tokens=max_tokens)
+        out = client.complete(build_prompt(question, group), max_tokens=max_tokens)
         prompt_tokens += out.prompt_tokens
         completion_tokens += out.completion_tokens
         model = out.model

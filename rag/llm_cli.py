@@ -46,6 +46,9 @@ def _user_errors(func: F) -> F:
         except RagError as exc:
             typer.echo(f"Error: {exc.user_message()}", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("Interrupted.", err=True)
+            raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
 

