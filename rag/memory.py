@@ -127,8 +127,9 @@ _NOT_A_FACT = re.compile(
     r"think|guess|don't know|do not know|have a question)|i'm asking|i'm wondering)\b",
     re.IGNORECASE,
 )
-_QUESTION_START = re.compile(r"^(?:what|when|where|who|whom|which|why|how|can|could|may|do|does|did|is|are|should)\b",
-                             re.IGNORECASE)
+_QUESTION_START = re.compile(
+    r"^(?:what|when|where|who|whom|which|why|how|can|could|may|do|does|did|is|are|should)\b", re.IGNORECASE
+)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|im|my|me|mine)\b", re.IGNORECASE)
 
 # A fact's key names what it is about, so a correction ("Actually, I'm in the Munich office") replaces the
@@ -136,8 +137,11 @@ _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|im|my|me|mine)\b", re.IGNO
 _TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (key, re.compile(pattern, re.IGNORECASE))
     for key, pattern in (
-        ("employment", r"\b(?:part[- ]?time|full[- ]?time|contractor|freelanc\w*|intern(?:ship)?|temporary contract|"
-                       r"permanent contract|fixed[- ]term|hours per week|\d+\s*(?:hours|h)\s*(?:a|per)\s*week)\b"),
+        (
+            "employment",
+            r"\b(?:part[- ]?time|full[- ]?time|contractor|freelanc\w*|intern(?:ship)?|temporary contract|"
+            r"permanent contract|fixed[- ]term|hours per week|\d+\s*(?:hours|h)\s*(?:a|per)\s*week)\b",
+        ),
         ("manager", r"\b(?:manager|boss|supervisor|line manager|report to|reporting to)\b"),
         ("office", r"\b(?:office|based in|located in|work from|working from|site|campus|headquarters|hq)\b"),
         ("team", r"\b(?:team|department|dept|division|squad)\b"),
@@ -150,7 +154,7 @@ _TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 # Words a question may use for a topic without repeating the fact's own words (lexical overlap only).
 RELATED_TERMS: dict[str, str] = {
     "employment": "hours schedule leave vacation holiday holidays annual sick overtime salary pay benefits "
-                  "contract allowance pro-rata prorated entitlement",
+    "contract allowance pro-rata prorated entitlement",
     "manager": "approval approve approver sign-off escalate escalation",
     "office": "location city travel commute desk remote relocation expenses local site",
     "team": "department approval budget on-call",

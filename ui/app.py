@@ -21,11 +21,14 @@ from ui import services
 
 st.set_page_config(page_title="Policy support bot", page_icon=":material/support_agent:", layout="wide")
 
+# The page scripts live in ui/views/, not ui/pages/: a folder named "pages" beside the entry script puts Streamlit
+# into its older folder-based multipage mode until st.navigation first runs in the process, so the first visit to
+# e.g. /traces after a restart would run that page without this script (no layout, no shared sign-in).
 PAGES = [
-    st.Page("pages/chat.py", title="Chat", icon=":material/chat:", url_path="chat", default=True),
-    st.Page("pages/traces.py", title="Trace explorer", icon=":material/manage_search:", url_path="traces"),
-    st.Page("pages/documents.py", title="Documents", icon=":material/description:", url_path="documents"),
-    st.Page("pages/evaluation.py", title="Evaluation", icon=":material/monitoring:", url_path="evaluation"),
+    st.Page("views/chat.py", title="Chat", icon=":material/chat:", url_path="chat", default=True),
+    st.Page("views/traces.py", title="Trace explorer", icon=":material/manage_search:", url_path="traces"),
+    st.Page("views/documents.py", title="Documents", icon=":material/description:", url_path="documents"),
+    st.Page("views/evaluation.py", title="Evaluation", icon=":material/monitoring:", url_path="evaluation"),
 ]
 
 page = st.navigation(PAGES)
@@ -36,7 +39,11 @@ with services.page_guard():
     with st.sidebar:
         st.caption(
             f"Data: `{settings.data_dir}` · generation: "
-            + ("LLM `" + settings.llm_model + "`" if settings.llm_configured else "extractive (no LLM configured)")
+            + (
+                "LLM `" + settings.llm_model + "`"
+                if settings.llm_configured
+                else "extractive (no LLM configured)"
+            )
         )
     signed_in = True
 if not signed_in:

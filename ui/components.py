@@ -18,6 +18,7 @@ import streamlit as st
 from rag.stages.citations import cited_ids
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
+CITATIONS_FAILED = "Some citations failed the check"
 TIP_CHARS = 900  # a tooltip shows at most this much of a passage; the popover shows all of it
 
 CSS = """
@@ -85,7 +86,9 @@ def _cite_html(n: int, e: dict[str, Any] | None, verdict: str) -> str:
     text = str(e.get("text") or "")
     short = text if len(text) <= TIP_CHARS else text[:TIP_CHARS].rsplit(" ", 1)[0] + " \u2026"
     label = passage_label(e)
-    note = {"ok": "", "unsupported": " \u2014 does not support this sentence", "invalid": " \u2014 invalid"}[verdict]
+    note = {"ok": "", "unsupported": " \u2014 does not support this sentence", "invalid": " \u2014 invalid"}[
+        verdict
+    ]
     tip = (
         f"<b>[{n}] {html.escape(str(e.get('title') or ''))}{html.escape(note)}</b>"
         f"<i>{html.escape(label)}</i>{_tip_text(short)}"
@@ -112,8 +115,12 @@ def answer_html(trace: dict[str, Any]) -> str:
         last = 0
         for m in _MARKER.finditer(paragraph):
             pieces.append(html.escape(paragraph[last : m.start()]).replace("\n", "<br>"))
-            pieces.append("".join(_cite_html(n, ev.get(n), verdicts.get(n, "ok" if n in ev else "invalid"))
-                                  for n in cited_ids(m.group(0))))
+            pieces.append(
+                "".join(
+                    _cite_html(n, ev.get(n), verdicts.get(n, "ok" if n in ev else "invalid"))
+                    for n in cited_ids(m.group(0))
+                )
+            )
             last = m.end()
         pieces.append(html.escape(paragraph[last:]).replace("\n", "<br>"))
         paragraphs.append("".join(pieces))
@@ -127,7 +134,9 @@ def badges_html(trace: dict[str, Any]) -> str:
     failed = failed_citations(trace)
     if failed:
         ids = ", ".join(f"[{c['n']}]" for c in failed)
-        out.append(f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>')
+        out.append(
+            f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
+        )
     elif trace.get("citations"):
         out.append('<span class="rag-badge ok">Citations checked</span>')
     return "".join(out)
@@ -139,12 +148,14 @@ def render_answer(trace: dict[str, Any], *, key: str) -> None:
     badges = badges_html(trace)
     st.html(CSS + (f"<div>{badges}</div>" if badges else "") + answer_html(trace))
     if trace.get("abstained"):
-        st.warning(f"Abstained: {trace.get('abstain_reason') or 'the evidence does not answer the question.'}",
-                   icon=":material/help:")
+        st.warning(
+            f"Abstained: {trace.get('abstain_reason') or 'the evidence does not answer the question.'}",
+            icon=":material/help:",
+        )
     failed = failed_citations(trace)
     if failed:
         st.error(
-            "Some citations failed the check: "
+            f"{CITATIONS_FAILED}: "
             + "; ".join(
                 f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
                 f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
@@ -153,9 +164,13 @@ def render_answer(trace: dict[str, Any], *, key: str) -> None:
             icon=":material/report:",
         )
     if trace.get("error"):
-        st.warning(f"The language model failed, so the answer quotes the evidence instead: {trace['error']}",
-                   icon=":material/warning:")
-    cited = [n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in evidence_by_n(trace)]
+        st.warning(
+            f"The language model failed, so the answer quotes the evidence instead: {trace['error']}",
+            icon=":material/warning:",
+        )
+    cited = [
+        n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in evidence_by_n(trace)
+    ]
     if cited:
         ev = evidence_by_n(trace)
         cols = st.columns(min(len(cited), 4))
@@ -177,28 +192,40 @@ def escape_md(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the final chunk order
-ORDER_COLUMNS = ["position", "rerank rank", "rerank score", "lexical rank", "dense rank", "bundle", "document",
-                 "page", "section", "cited"]
+ORDER_COLUMNS = [
+    "position",
+    "rerank rank",
+    "rerank score",
+    "lexical rank",
+    "dense rank",
+    "bundle",
+    "document",
+    "page",
+    "section",
+    "cited",
+]
 
 
 def chunk_order_frame(trace: dict[str, Any]) -> pd.DataFrame:
     """Positions 1..n as the model saw them, with the ranks and scores that put each passage there."""
     rows = []
     for e in trace.get("evidence") or []:
-        rows.append({
-            "position": int(e["n"]),
-            "rerank rank": e.get("rerank_rank"),
-            "rerank score": e.get("rerank_score"),
-            "lexical rank": e.get("bm25_rank"),
-            "dense rank": e.get("dense_rank"),
-            "bundle": e.get("bundle"),
-            "document": e.get("title") or e.get("doc_id"),
-            "page": e.get("page"),
-            "section": e.get("section"),
-            "cited": bool(e.get("cited")),
-            "added by": e.get("added_by") or "",
-            "chunk id": e.get("chunk_id"),
-        })
+        rows.append(
+            {
+                "position": int(e["n"]),
+                "rerank rank": e.get("rerank_rank"),
+                "rerank score": e.get("rerank_score"),
+                "lexical rank": e.get("bm25_rank"),
+                "dense rank": e.get("dense_rank"),
+                "bundle": e.get("bundle"),
+                "document": e.get("title") or e.get("doc_id"),
+                "page": e.get("page"),
+                "section": e.get("section"),
+                "cited": bool(e.get("cited")),
+                "added by": e.get("added_by") or "",
+                "chunk id": e.get("chunk_id"),
+            }
+        )
     frame = pd.DataFrame(rows, columns=[*ORDER_COLUMNS, "added by", "chunk id"])
     for col in ("rerank rank", "lexical rank", "dense rank", "page", "bundle"):
         frame[col] = pd.array(frame[col], dtype="Int64")
@@ -211,13 +238,31 @@ def chunk_order_chart_spec(frame: pd.DataFrame, *, title: str | None = None) -> 
     spec: dict[str, Any] = {
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": "position", "type": "ordinal", "title": "position in prompt", "axis": {"labelAngle": 0}},
-            "y": {"field": "rerank rank", "type": "quantitative", "title": "rank after rerank",
-                  "scale": {"reverse": True, "zero": True}, "axis": {"tickMinStep": 1}},
-            "color": {"field": "cited", "type": "nominal", "title": "cited",
-                      "scale": {"domain": [True, False], "range": ["#1c83e1", "#a3b8cc"]}},
-            "tooltip": [{"field": f, "type": "nominal" if f in ("document", "section", "cited") else "quantitative"}
-                        for f in ("position", "rerank rank", "rerank score", "document", "section", "cited")],
+            # Every position gets a slot, also one whose passage has no rank of its own (no bar there).
+            "x": {
+                "field": "position",
+                "type": "ordinal",
+                "title": "position in prompt",
+                "axis": {"labelAngle": 0},
+                "scale": {"domain": [int(p) for p in frame["position"]]},
+            },
+            "y": {
+                "field": "rerank rank",
+                "type": "quantitative",
+                "title": "rank after rerank",
+                "scale": {"reverse": True, "zero": True},
+                "axis": {"tickMinStep": 1},
+            },
+            "color": {
+                "field": "cited",
+                "type": "nominal",
+                "title": "cited",
+                "scale": {"domain": [True, False], "range": ["#1c83e1", "#a3b8cc"]},
+            },
+            "tooltip": [
+                {"field": f, "type": "nominal" if f in ("document", "section", "cited") else "quantitative"}
+                for f in ("position", "rerank rank", "rerank score", "document", "section", "cited")
+            ],
         },
         "height": 180,
     }
@@ -239,39 +284,51 @@ def render_chunk_order(trace: dict[str, Any], *, key: str, title: str = "Final c
     frame = chunk_order_frame(trace)
     st.markdown(f"**{title}** \u00b7 packing `{trace.get('packing', '?')}` \u00b7 {len(frame)} passage(s)")
     if frame.empty:
-        st.caption("No evidence reached the prompt." + (" (the bot abstained)" if trace.get("abstained") else ""))
+        st.caption(
+            "No evidence reached the prompt." + (" (the bot abstained)" if trace.get("abstained") else "")
+        )
         return
     st.dataframe(
         frame,
         hide_index=True,
         key=f"order_{key}",
         column_config={
-            "position": st.column_config.NumberColumn("pos", help="Position n in the prompt: [n] in the answer",
-                                                      width=40),
-            "rerank rank": st.column_config.NumberColumn("rerank", help="Rank after reranking (1 = best); "
-                                                         "empty = added to complete a bundle", width=55),
+            "position": st.column_config.NumberColumn(
+                "pos", help="Position n in the prompt: [n] in the answer", width=40
+            ),
+            "rerank rank": st.column_config.NumberColumn(
+                "rerank", help="Rank after reranking (1 = best); None = added to complete a bundle", width=55
+            ),
             "rerank score": st.column_config.NumberColumn("score", format="%.3f", width=55),
-            "lexical rank": st.column_config.NumberColumn("BM25", help="Rank in the lexical (BM25) list", width=50),
-            "dense rank": st.column_config.NumberColumn("dense", help="Rank in the dense (embedding) list",
-                                                        width=50),
-            "bundle": st.column_config.NumberColumn("bundle", help="Passages of one bundle travel together",
-                                                    width=55),
+            "lexical rank": st.column_config.NumberColumn(
+                "BM25", help="Rank in the lexical (BM25) list", width=50
+            ),
+            "dense rank": st.column_config.NumberColumn(
+                "dense", help="Rank in the dense (embedding) list", width=50
+            ),
+            "bundle": st.column_config.NumberColumn(
+                "bundle", help="Passages of one bundle travel together", width=55
+            ),
             "page": st.column_config.NumberColumn("page", width=45),
             "cited": st.column_config.CheckboxColumn("cited", width=50),
         },
     )
     st.vega_lite_chart(chart_data(frame), chunk_order_chart_spec(frame), width="stretch", key=f"chart_{key}")
-    ranks = [int(r) for r in frame["rerank rank"].dropna()]
-    if len(ranks) >= 3:
+    ranks = [None if pd.isna(r) else int(r) for r in frame["rerank rank"]]
+    if sum(r is not None for r in ranks) >= 3:
         st.caption(_shape_note(ranks))
 
 
-def _shape_note(ranks: Sequence[int]) -> str:
-    best = min(ranks)
-    where = [i for i, r in enumerate(ranks) if r == best][0]
-    if where in (0, len(ranks) - 1):
-        return f"Best passage (rank {best}) sits at an edge (position {where + 1}), where models use context best."
-    return f"Best passage (rank {best}) sits in the middle (position {where + 1}), where models tend to miss it."
+def _shape_note(ranks: Sequence[int | None]) -> str:
+    """Where the best-ranked passage sits; ``ranks`` by position (None = no rank of its own)."""
+    ranked = [r for r in ranks if r is not None]
+    best = min(ranked)
+    where = ranks.index(best)
+    depth = where / (len(ranks) - 1) if len(ranks) > 1 else 0.0
+    place = f"position {where + 1} of {len(ranks)}"
+    if depth <= 0.2 or depth >= 0.8:
+        return f"Best passage (rank {best}) sits near an edge ({place}), where models use context best."
+    return f"Best passage (rank {best}) sits in the middle ({place}), where models tend to miss it."
 
 
 # ----------------------------------------------------------------------------- trace stages
@@ -295,22 +352,24 @@ def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
             fate = f"dropped ({dropped[cid]})"
         else:
             fate = "not selected"
-        rows.append({
-            "rerank rank": c.get("rerank_rank"),
-            "rerank score": c.get("rerank_score"),
-            "fused rank": c.get("fused_rank"),
-            "fused score": c.get("fused_score"),
-            "BM25 rank": c.get("bm25_rank"),
-            "BM25 score": c.get("bm25_score"),
-            "dense rank": c.get("dense_rank"),
-            "dense score": c.get("dense_score"),
-            "intents": ", ".join(str(i) for i in c.get("intents") or []),
-            "fate": fate,
-            "document": c.get("title"),
-            "page": c.get("page"),
-            "section": c.get("section"),
-            "chunk id": cid,
-        })
+        rows.append(
+            {
+                "rerank rank": c.get("rerank_rank"),
+                "rerank score": c.get("rerank_score"),
+                "fused rank": c.get("fused_rank"),
+                "fused score": c.get("fused_score"),
+                "BM25 rank": c.get("bm25_rank"),
+                "BM25 score": c.get("bm25_score"),
+                "dense rank": c.get("dense_rank"),
+                "dense score": c.get("dense_score"),
+                "intents": ", ".join(str(i) for i in c.get("intents") or []),
+                "fate": fate,
+                "document": c.get("title"),
+                "page": c.get("page"),
+                "section": c.get("section"),
+                "chunk id": cid,
+            }
+        )
     frame = pd.DataFrame(rows)
     for col in ("rerank rank", "fused rank", "BM25 rank", "dense rank", "page"):
         if col in frame:
@@ -321,8 +380,15 @@ def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
 def dropped_frame(trace: dict[str, Any]) -> pd.DataFrame:
     titles = _title_of(trace)
     return pd.DataFrame(
-        [{"stage": d.get("stage"), "reason": d.get("reason"), "passage": titles.get(d["chunk_id"], ""),
-          "chunk id": d["chunk_id"]} for d in trace.get("dropped") or []],
+        [
+            {
+                "stage": d.get("stage"),
+                "reason": d.get("reason"),
+                "passage": titles.get(d["chunk_id"], ""),
+                "chunk id": d["chunk_id"],
+            }
+            for d in trace.get("dropped") or []
+        ],
         columns=["stage", "reason", "passage", "chunk id"],
     )
 
@@ -330,10 +396,16 @@ def dropped_frame(trace: dict[str, Any]) -> pd.DataFrame:
 def bundles_frame(trace: dict[str, Any]) -> pd.DataFrame:
     titles = _title_of(trace)
     return pd.DataFrame(
-        [{"bundle": b.get("bundle_id"), "reason": b.get("reason"), "score": b.get("score"),
-          "members": len(b.get("chunk_ids") or []),
-          "passages": " | ".join(titles.get(c, c) for c in b.get("chunk_ids") or [])}
-         for b in trace.get("bundles") or []],
+        [
+            {
+                "bundle": b.get("bundle_id"),
+                "reason": b.get("reason"),
+                "score": b.get("score"),
+                "members": len(b.get("chunk_ids") or []),
+                "passages": " | ".join(titles.get(c, c) for c in b.get("chunk_ids") or []),
+            }
+            for b in trace.get("bundles") or []
+        ],
         columns=["bundle", "reason", "score", "members", "passages"],
     )
 
@@ -342,10 +414,20 @@ def citations_frame(trace: dict[str, Any]) -> pd.DataFrame:
     titles = _title_of(trace)
     rows = []
     for c in trace.get("citations") or []:
-        verdict = "ok" if c.get("valid") and c.get("supported") else (
-            "does not exist" if not c.get("valid") else "does not support the sentence")
-        rows.append({"n": c["n"], "verdict": verdict, "support": c.get("support_score"),
-                     "sentence": c.get("sentence"), "passage": titles.get(c.get("chunk_id") or "", "")})
+        verdict = (
+            "ok"
+            if c.get("valid") and c.get("supported")
+            else ("does not exist" if not c.get("valid") else "does not support the sentence")
+        )
+        rows.append(
+            {
+                "n": c["n"],
+                "verdict": verdict,
+                "support": c.get("support_score"),
+                "sentence": c.get("sentence"),
+                "passage": titles.get(c.get("chunk_id") or "", ""),
+            }
+        )
     return pd.DataFrame(rows, columns=["n", "verdict", "support", "sentence", "passage"])
 
 
@@ -363,21 +445,41 @@ def render_trace(trace: dict[str, Any], *, key: str) -> None:
         f"{trace.get('as_of')} \u00b7 {trace.get('created_at', '')[:19].replace('T', ' ')} \u00b7 trace "
         f"`{trace.get('trace_id')}`"
     )
-    tabs = st.tabs(["Answer", "Final order", "Candidates", "Dropped", "Bundles", "Prompt", "Citations",
-                    "Timing & budgets"])
+    tabs = st.tabs(
+        [
+            "Answer",
+            "Final order",
+            "Candidates",
+            "Dropped",
+            "Bundles",
+            "Prompt",
+            "Citations",
+            "Timing & budgets",
+        ]
+    )
     with tabs[0]:
         render_answer(trace, key=f"{key}_answer")
-        st.caption(f"model `{trace.get('model')}` \u00b7 reranker `{trace.get('reranker')}` \u00b7 generation "
-                   f"`{trace.get('generation_mode')}`")
+        st.caption(
+            f"model `{trace.get('model')}` \u00b7 reranker `{trace.get('reranker')}` \u00b7 generation "
+            f"`{trace.get('generation_mode')}`"
+        )
     with tabs[1]:
         render_chunk_order(trace, key=f"{key}_order")
     with tabs[2]:
         frame = candidates_frame(trace)
-        st.caption(f"{len(frame)} candidate(s) after retrieval and rerank; intents: "
-                   + "; ".join(f"{i['index']}: {i['text']}" for i in trace.get("intents") or []))
-        st.dataframe(frame, hide_index=True, key=f"cand_{key}",
-                     column_config={c: st.column_config.NumberColumn(format="%.4f")
-                                    for c in ("rerank score", "fused score", "BM25 score", "dense score")})
+        st.caption(
+            f"{len(frame)} candidate(s) after retrieval and rerank; intents: "
+            + "; ".join(f"{i['index']}: {i['text']}" for i in trace.get("intents") or [])
+        )
+        st.dataframe(
+            frame,
+            hide_index=True,
+            key=f"cand_{key}",
+            column_config={
+                c: st.column_config.NumberColumn(format="%.4f")
+                for c in ("rerank score", "fused score", "BM25 score", "dense score")
+            },
+        )
     with tabs[3]:
         frame = dropped_frame(trace)
         if frame.empty:

@@ -23,11 +23,19 @@ REPO = APP.parents[1]
 
 def streamlit_command(port: int = 8501, headless: bool = True, address: str = "127.0.0.1") -> list[str]:
     return [
-        sys.executable, "-m", "streamlit", "run", str(APP),
-        "--server.port", str(port),
-        "--server.headless", "true" if headless else "false",
-        "--server.address", address,
-        "--browser.gatherUsageStats", "false",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true" if headless else "false",
+        "--server.address",
+        address,
+        "--browser.gatherUsageStats",
+        "false",
     ]
 
 
@@ -55,7 +63,9 @@ def ui_command(
     port: Annotated[int, typer.Option("--port", help="Port to serve on (localhost only).")] = 8501,
     data_dir: Annotated[
         Path | None,
-        typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False),
+        typer.Option(
+            "--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False
+        ),
     ] = None,
 ) -> None:
     """Start the support bot's web UI (chat, trace explorer, documents, evaluation) on http://127.0.0.1:PORT."""
@@ -64,5 +74,7 @@ def ui_command(
     except RagError as exc:
         typer.echo(f"Error: {exc.user_message()}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"Serving the UI on http://127.0.0.1:{port} (data: {settings.data_dir}); Ctrl+C stops it.", err=True)
+    typer.echo(
+        f"Serving the UI on http://127.0.0.1:{port} (data: {settings.data_dir}); Ctrl+C stops it.", err=True
+    )
     raise typer.Exit(launch(settings, port=port, headless=True))

@@ -137,7 +137,9 @@ def describe_error(exc: BaseException) -> str:
 
 def _looks_unmigrated(exc: StorageError) -> bool:
     text = exc.user_message().lower()
-    return any(w in text for w in ("db upgrade", "not initialised", "not initialized", "no such table", "migrat"))
+    return any(
+        w in text for w in ("db upgrade", "not initialised", "not initialized", "no such table", "migrat")
+    )
 
 
 def show_error(exc: BaseException) -> None:
@@ -312,7 +314,11 @@ def ask_streaming(pipeline: Any, question: Any, options: Any = None) -> Streamin
     tee = _TeeLLM(pipeline.llm, q.put)
     # A per-request pipeline sharing the cached reader and models; only the LLM client is wrapped.
     streaming = Pipeline(
-        pipeline.settings, reader=pipeline.reader, embedder=pipeline.embedder, reranker=pipeline.reranker, llm=tee
+        pipeline.settings,
+        reader=pipeline.reader,
+        embedder=pipeline.embedder,
+        reranker=pipeline.reranker,
+        llm=tee,
     )
     box: dict[str, Any] = {}
 

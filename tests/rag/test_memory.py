@@ -9,7 +9,10 @@ from rag.text import count_tokens
 
 CONVERSATION = [
     ("user", "What is the refund window for customers?"),
-    ("assistant", "Customers may return items within 45 days of delivery for a full refund [1].\nSources: [1]"),
+    (
+        "assistant",
+        "Customers may return items within 45 days of delivery for a full refund [1].\nSources: [1]",
+    ),
     ("user", "thanks!"),
     ("assistant", "You're welcome."),
     ("user", "And can gift cards be refunded?"),
@@ -53,7 +56,9 @@ def test_history_drops_oldest_first_and_never_leaves_a_hole() -> None:
 
 
 def test_history_shortens_a_long_turn_rather_than_dropping_everything() -> None:
-    long_answer = " ".join(f"Sentence number {i} explains one more detail of the travel policy." for i in range(40))
+    long_answer = " ".join(
+        f"Sentence number {i} explains one more detail of the travel policy." for i in range(40)
+    )
     history = select_history([("user", "Tell me about travel."), ("assistant", long_answer)], 60)
     assert history, "a long last answer must not empty the history"
     role, content = history[-1]
@@ -64,7 +69,11 @@ def test_history_shortens_a_long_turn_rather_than_dropping_everything() -> None:
 def test_history_zero_budget_and_odd_inputs() -> None:
     assert select_history(CONVERSATION, 0) == []
     assert select_history([], 100) == []
-    turns = [{"role": "user", "content": "What about leave?", "trace_id": None}, ("system", "ignored"), ("bot", "")]
+    turns = [
+        {"role": "user", "content": "What about leave?", "trace_id": None},
+        ("system", "ignored"),
+        ("bot", ""),
+    ]
     assert select_history(turns, 100) == [("user", "What about leave?")]
 
 
@@ -132,7 +141,14 @@ def test_relevant_facts_uses_the_topic_words_of_a_key() -> None:
 
 
 def test_relevant_facts_accepts_strings_and_pairs_and_limits() -> None:
-    facts = ["My office is in Berlin", ("office", "My office is in Berlin"), ("team", "My team is Berlin ops")]
-    assert relevant_facts("Berlin office parking", facts) == ["My office is in Berlin", "My team is Berlin ops"]
+    facts = [
+        "My office is in Berlin",
+        ("office", "My office is in Berlin"),
+        ("team", "My team is Berlin ops"),
+    ]
+    assert relevant_facts("Berlin office parking", facts) == [
+        "My office is in Berlin",
+        "My team is Berlin ops",
+    ]
     assert relevant_facts("Berlin office parking", facts, limit=1) == ["My office is in Berlin"]
     assert relevant_facts("", facts) == []

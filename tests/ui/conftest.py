@@ -51,22 +51,3 @@ def data_dir_with_failures(tmp_path_factory: pytest.TempPathFactory, sample_pdfs
     report = ingest([str(docs)], load_settings(data_dir=data_dir), embedder=embedder)
     assert report.published and not report.ok, report.to_json()
     return data_dir
-
-
-@pytest.fixture(autouse=True)
-def _navigation_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the app the way a live server does: ``st.navigation`` owns the pages.
-
-    A ``pages/`` folder beside the main script switches Streamlit into its older directory-based multipage mode
-    until the first ``st.navigation`` call turns that off for the whole process. A live server keeps it off; AppTest
-    resets it before every run, and then reruns a page script without ``app.py`` (no sign-in sidebar). Keep it off.
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    original = PagesManager.__init__
-
-    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    monkeypatch.setattr(PagesManager, "__init__", init)

@@ -49,8 +49,13 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
             who = st.selectbox("User", [ANY, *users], key="trace_f_user")
             user = None if who == ANY else who
         else:
-            st.text_input("User", principal.user, disabled=True, key="trace_f_user_self",
-                          help="You see your own answers only (admins see everyone's).")
+            st.text_input(
+                "User",
+                principal.user,
+                disabled=True,
+                key="trace_f_user_self",
+                help="You see your own answers only (admins see everyone's).",
+            )
             user = principal.user
     with cols[1]:
         today = date.today()
@@ -61,8 +66,12 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
         failed = _tri("Failed citations", "trace_f_failed")
     with cols[4]:
         docs = _readable_documents(settings, principal)
-        doc = st.selectbox("Document", [ANY, *sorted(docs, key=lambda d: docs[d])], key="trace_f_doc",
-                           format_func=lambda d: "any" if d == ANY else f"{docs[d]} ({d})")
+        doc = st.selectbox(
+            "Document",
+            [ANY, *sorted(docs, key=lambda d: docs[d])],
+            key="trace_f_doc",
+            format_func=lambda d: "any" if d == ANY else f"{docs[d]} ({d})",
+        )
     since = until = None
     if isinstance(span, tuple | list):
         since = span[0] if len(span) > 0 else None
@@ -86,18 +95,31 @@ def may_view(trace: dict[str, Any], principal: Principal) -> bool:
 
 def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(
-        [{
-            "time": str(r.get("created_at") or "")[:19].replace("T", " "),
-            "user": r.get("user"),
-            "question": r.get("question"),
-            "answer": r.get("answer"),
-            "abstained": bool(r.get("abstained")),
-            "failed citations": bool(r.get("has_failed_citation")),
-            "error": r.get("error") or "",
-            "ms": r.get("total_ms"),
-            "trace id": r.get("trace_id"),
-        } for r in rows],
-        columns=["time", "user", "question", "answer", "abstained", "failed citations", "error", "ms", "trace id"],
+        [
+            {
+                "time": str(r.get("created_at") or "")[:19].replace("T", " "),
+                "user": r.get("user"),
+                "question": r.get("question"),
+                "answer": r.get("answer"),
+                "abstained": bool(r.get("abstained")),
+                "failed citations": bool(r.get("has_failed_citation")),
+                "error": r.get("error") or "",
+                "ms": r.get("total_ms"),
+                "trace id": r.get("trace_id"),
+            }
+            for r in rows
+        ],
+        columns=[
+            "time",
+            "user",
+            "question",
+            "answer",
+            "abstained",
+            "failed citations",
+            "error",
+            "ms",
+            "trace id",
+        ],
     )
 
 
@@ -113,18 +135,27 @@ def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
     with st.form(key=f"replay_form_{tid}"):
         cols = st.columns(3)
         default_packing = next((s for s in STRATEGIES if s != packing_now), packing_now)
-        packing = cols[0].selectbox("Packing", STRATEGIES, index=STRATEGIES.index(default_packing),
-                                    key=f"replay_packing_{tid}")
-        k = cols[1].number_input("Evidence k (passages)", 1, 40, int(budgets.get("evidence_k") or 6),
-                                 key=f"replay_k_{tid}")
-        budget = cols[2].number_input("Evidence token budget", 100, 32000,
-                                      int(budgets.get("evidence_token_budget") or 1800), step=100,
-                                      key=f"replay_budget_{tid}")
+        packing = cols[0].selectbox(
+            "Packing", STRATEGIES, index=STRATEGIES.index(default_packing), key=f"replay_packing_{tid}"
+        )
+        k = cols[1].number_input(
+            "Evidence k (passages)", 1, 40, int(budgets.get("evidence_k") or 6), key=f"replay_k_{tid}"
+        )
+        budget = cols[2].number_input(
+            "Evidence token budget",
+            100,
+            32000,
+            int(budgets.get("evidence_token_budget") or 1800),
+            step=100,
+            key=f"replay_budget_{tid}",
+        )
         submitted = st.form_submit_button("Replay", icon=":material/replay:")
     if submitted:
         owner = Principal(str(trace["user"]), frozenset(trace.get("groups") or ()))
         as_of = date.fromisoformat(trace["as_of"]) if trace.get("as_of") else None
-        question = Question(str(trace["question"]), owner, as_of=as_of, tags=frozenset(trace.get("tags") or ()))
+        question = Question(
+            str(trace["question"]), owner, as_of=as_of, tags=frozenset(trace.get("tags") or ())
+        )
         options = PipelineOptions(packing=packing, evidence_k=int(k), token_budget=int(budget), use_llm=None)
         with st.spinner("Replaying\u2026"):
             result = services.get_pipeline(settings).ask(question, options)
@@ -139,7 +170,8 @@ def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
     with right:
         b = replay.get("budgets") or {}
         components.render_chunk_order(
-            replay, key=f"replay_{tid}",
+            replay,
+            key=f"replay_{tid}",
             title=f"Replay ({replay.get('packing')}, k={b.get('evidence_k')}, {b.get('evidence_token_budget')} tokens)",
         )
         components.render_answer(replay, key=f"replay_ans_{tid}")
@@ -163,13 +195,23 @@ def render() -> None:
     if not rows:
         st.info("No answers match these filters yet. Ask something on the Chat page.")
         return
-    st.dataframe(_summary_frame(rows), hide_index=True, key="trace_table", height=min(36 * (len(rows) + 1), 320))
-    labels = {r["trace_id"]: f"{str(r.get('created_at') or '')[:16].replace('T', ' ')} \u00b7 {r.get('user')} "
-              f"\u00b7 {str(r.get('question') or '')[:80]} \u00b7 {r['trace_id'][:8]}" for r in rows}
+    st.dataframe(
+        _summary_frame(rows), hide_index=True, key="trace_table", height=min(36 * (len(rows) + 1), 320)
+    )
+    labels = {
+        r["trace_id"]: f"{str(r.get('created_at') or '')[:16].replace('T', ' ')} \u00b7 {r.get('user')} "
+        f"\u00b7 {str(r.get('question') or '')[:80]} \u00b7 {r['trace_id'][:8]}"
+        for r in rows
+    }
     opened = st.session_state.get(OPENED)
     ids = list(labels)
-    chosen = st.selectbox("Open a trace", ids, index=ids.index(opened) if opened in ids else 0,
-                          format_func=lambda i: labels[i], key="trace_open")
+    chosen = st.selectbox(
+        "Open a trace",
+        ids,
+        index=ids.index(opened) if opened in ids else 0,
+        format_func=lambda i: labels[i],
+        key="trace_open",
+    )
     st.session_state[OPENED] = chosen
     trace = store.get_trace(chosen)
     if not may_view(trace, principal):

@@ -44,21 +44,37 @@ def documents_frame(documents: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for doc_id, doc in documents.items():
         meta = _meta(doc_id, doc)
-        rows.append({
-            "title": meta.title,
-            "document id": doc_id,
-            "file": Path(str(doc.get("source") or "")).name,
-            "version": str(doc.get("version") or "")[:12],
-            "chunks": len(doc.get("chunk_ids") or []),
-            "pages": doc.get("pages"),
-            "access groups": ", ".join("everyone" if g == "*" else g for g in meta.groups),
-            "effective": doc.get("effective") or "",
-            "expires": doc.get("expires") or "",
-            "status today": _status(meta, today),
-            "tags": ", ".join(meta.tags),
-        })
-    frame = pd.DataFrame(rows, columns=["title", "document id", "file", "version", "chunks", "pages",
-                                        "access groups", "effective", "expires", "status today", "tags"])
+        rows.append(
+            {
+                "title": meta.title,
+                "document id": doc_id,
+                "file": Path(str(doc.get("source") or "")).name,
+                "version": str(doc.get("version") or "")[:12],
+                "chunks": len(doc.get("chunk_ids") or []),
+                "pages": doc.get("pages"),
+                "access groups": ", ".join("everyone" if g == "*" else g for g in meta.groups),
+                "effective": doc.get("effective") or "",
+                "expires": doc.get("expires") or "",
+                "status today": _status(meta, today),
+                "tags": ", ".join(meta.tags),
+            }
+        )
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "title",
+            "document id",
+            "file",
+            "version",
+            "chunks",
+            "pages",
+            "access groups",
+            "effective",
+            "expires",
+            "status today",
+            "tags",
+        ],
+    )
     return frame.sort_values(["title", "effective"]).reset_index(drop=True)
 
 
@@ -92,13 +108,21 @@ def render() -> None:
     cols[1].metric("Chunks", chunks)
     cols[2].metric("Hidden from you", hidden, help="Documents restricted to groups you are not in.")
     cols[3].metric("Index generation", generation.name)
-    st.caption(f"Published {str(generation.manifest.created_at)[:19].replace('T', ' ')} UTC \u00b7 embedding model "
-               f"`{generation.manifest.embedding_model}`")
+    st.caption(
+        f"Published {str(generation.manifest.created_at)[:19].replace('T', ' ')} UTC \u00b7 embedding model "
+        f"`{generation.manifest.embedding_model}`"
+    )
     if hidden:
-        st.info(f"{hidden} more document(s) are indexed but restricted to groups you are not in.",
-                icon=":material/lock:")
-    st.dataframe(documents_frame(visible), hide_index=True, key="docs_table",
-                 column_config={"chunks": st.column_config.NumberColumn(help="Indexed passages")})
+        st.info(
+            f"{hidden} more document(s) are indexed but restricted to groups you are not in.",
+            icon=":material/lock:",
+        )
+    st.dataframe(
+        documents_frame(visible),
+        hide_index=True,
+        key="docs_table",
+        column_config={"chunks": st.column_config.NumberColumn(help="Indexed passages")},
+    )
 
     st.subheader("Last ingestion")
     report = ingest_report(Path(settings.data_dir), generation.name)

@@ -62,13 +62,18 @@ def _sidebar(store: Any, principal: Principal) -> None:
         if sessions:
             # Labels must be unique: a selectbox keeps its value by label.
             labels = {
-                s["id"]: f"{(s.get('title') or 'Untitled')[:40]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
+                s[
+                    "id"
+                ]: f"{(s.get('title') or 'Untitled')[:40]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
                 f"({s.get('turns', 0)} turns) \u00b7 {s['id'][:6]}"
                 for s in sessions
             }
             options = ["", *labels]
             chosen = st.selectbox(
-                "Reopen a conversation", options, format_func=lambda i: labels.get(i, "\u2014"), key="chat_reopen"
+                "Reopen a conversation",
+                options,
+                format_func=lambda i: labels.get(i, "\u2014"),
+                key="chat_reopen",
             )
             if chosen and chosen != st.session_state.get(SESSION):
                 _load_session(store, principal, chosen)
@@ -86,8 +91,9 @@ def _sidebar_memory(store: Any, principal: Principal) -> None:
         for fact in facts:
             cols = st.columns([5, 1])
             cols[0].caption(components.escape_md(str(fact["value"])))
-            if cols[1].button(":material/delete:", key=f"chat_forget_{fact['key']}", help="Forget this",
-                              type="tertiary"):
+            if cols[1].button(
+                ":material/delete:", key=f"chat_forget_{fact['key']}", help="Forget this", type="tertiary"
+            ):
                 store.forget_fact(principal.user, fact["key"])
                 st.rerun()
 
@@ -211,7 +217,9 @@ def render() -> None:
                 render_assistant(message, i)
             else:
                 st.markdown(components.escape_md(message["content"]))
-    prompt = st.chat_input("Ask about a policy, e.g. How many days do I have to return an item?", key="chat_input")
+    prompt = st.chat_input(
+        "Ask about a policy, e.g. How many days do I have to return an item?", key="chat_input"
+    )
     if prompt and prompt.strip():
         handle(prompt.strip(), pipeline, store, principal)
     _sidebar_memory(store, principal)

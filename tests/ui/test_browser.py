@@ -1,0 +1,171 @@
+"""End to end in a real headless browser: `rag ui` on a free port, Debian's Chromium driven by Playwright.
+
+Needs /usr/bin/chromium (`scripts/browser.sh` installs it). Skipped with a message when it is missing, unless
+RAG_REQUIRE_BROWSER=1 (CI), which turns the skip into a failure. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ui.conftest import CANARY_HR, CANARY_SEC, REPO
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = REPO / "test-artifacts"
+REFUND_Q = "How many days does a customer have to return an item for a full refund?"
+SALARY_Q = "What are the salary bands for each job level?"
+ANSWER_TIMEOUT_MS = 240_000  # the first answer loads the models inside the server
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("RAG_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason} (RAG_REQUIRE_BROWSER=1 makes this a failure)")
+    pytest.skip(
+        f"{reason}; run scripts/browser.sh to install Debian's chromium, or set RAG_REQUIRE_BROWSER=1 to fail"
+    )
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    if not CHROMIUM.is_file():
+        _unavailable(f"{CHROMIUM} is missing")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _unavailable("the playwright Python package is not installed")
+    return CHROMIUM
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ui_command(port: int, data_dir: Path) -> list[str]:
+    """`rag ui` when the CLI has it mounted; otherwise the same streamlit command it runs."""
+    rag = shutil.which("rag") or str(Path(sys.executable).with_name("rag"))
+    if Path(rag).exists():
+        probe = subprocess.run([rag, "ui", "--help"], capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0 and "--port" in probe.stdout:
+            return [rag, "ui", "--port", str(port), "--data-dir", str(data_dir)]
+    from ui.launch import streamlit_command
+
+    return streamlit_command(port)
+
+
+@pytest.fixture(scope="module")
+def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "RAG_DATA_DIR": str(ui_data_dir), "TQDM_DISABLE": "1"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "ui-server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        _ui_command(port, ui_data_dir), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the UI server exited with {proc.returncode}; see {ARTIFACTS / 'ui-server.log'}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the UI server did not come up on {url}; see {ARTIFACTS / 'ui-server.log'}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def page(chromium: Path) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser.new_page(viewport={"width": 1500, "height": 1000})
+        finally:
+            browser.close()
+
+
+def _ask(page, question: str, answers_before: int) -> None:  # type: ignore[no-untyped-def]
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(question)
+    box.press("Enter")
+    page.wait_for_function(
+        f"document.querySelectorAll('.rag-answer').length > {answers_before}", timeout=ANSWER_TIMEOUT_MS
+    )
+    # The answer renders before the chunk-order panel beside it: wait until this run has drawn that too.
+    page.wait_for_function(
+        "document.querySelectorAll('.rag-answer').length <= "
+        "document.querySelectorAll('[data-testid=\"stDataFrame\"]').length",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(1500)
+
+
+def test_chat_in_a_real_browser(ui_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(ui_url)
+    page.get_by_test_id("stChatInputTextArea").wait_for(timeout=120_000)
+    # The sign-in stand-in starts with the first user.
+    assert "Groups: staff" in page.get_by_test_id("stSidebar").inner_text()
+    assert "alice may read" in page.locator("body").inner_text()
+
+    # As alice: the refund question, its citations and the final chunk order beside the answer.
+    _ask(page, REFUND_Q, 0)
+    answer = page.locator(".rag-answer").first
+    assert "45 days" in answer.inner_text()
+    cite = page.locator(".rag-cite").first
+    cite.hover()
+    tip = cite.locator(".rag-tip")
+    tip.wait_for(state="visible", timeout=10_000)
+    assert "Refunds" in tip.inner_text()
+    body = page.locator("body").inner_text()
+    assert "Final chunk order" in body
+    assert page.get_by_test_id("stDataFrame").first.is_visible()
+    assert page.locator("[data-testid='stVegaLiteChart'], .vega-embed").first.is_visible()
+    page.screenshot(path=str(ARTIFACTS / "ui-chat-refund.png"), full_page=True)
+
+    # As alice: salary bands are restricted to hr. The canary must never reach the page.
+    _ask(page, SALARY_Q, 1)
+    html = page.content()
+    text = page.locator("body").inner_text()
+    for canary in (CANARY_HR, CANARY_SEC):
+        assert canary not in html and canary not in text
+    page.screenshot(path=str(ARTIFACTS / "ui-chat-salary-alice.png"), full_page=True)
+    assert not page.get_by_test_id("stException").count()

@@ -1,0 +1,175 @@
+"""Evaluation: run or load a position sweep (accuracy by where the needed passage sits) and plot it.
+
+The page shows aggregates only (accuracy, intervals, tokens, comparisons), never the passages of a sweep: a
+sweep's evidence sets are frozen for each question's own user, who may read more than the viewer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from ui import services
+
+RESULT = "eval_result"
+CELL_COLUMNS = [
+    "label",
+    "kind",
+    "length",
+    "strategy",
+    "depth",
+    "position",
+    "n",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "strict_accuracy",
+    "citation_accuracy",
+    "abstention_rate",
+    "prompt_tokens",
+    "latency_ms",
+    "errors",
+]
+
+
+def sweep_dirs(data_dir: Path) -> list[Path]:
+    """Saved sweeps (folders holding a sweep.json) under ``<data_dir>/sweeps``, newest first."""
+    root = data_dir / "sweeps"
+    found = [p.parent for p in root.glob("*/sweep.json")] if root.is_dir() else []
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _show(evaluation: Any, result: Any) -> None:
+    st.caption(
+        f"generator `{result.generator}`"
+        + (f" \u00b7 model `{result.model}`" if result.model else "")
+        + f" \u00b7 {result.n_questions} question(s) \u00b7 {len(result.runs) or 'saved'} run(s)"
+    )
+    st.pyplot(evaluation.sweep_figure(result), clear_figure=False)
+    cells = pd.DataFrame([c.to_json() for c in result.cells])
+    st.markdown("**Cells** (accuracy with its confidence interval, per length and variant)")
+    st.dataframe(
+        cells[[c for c in CELL_COLUMNS if c in cells.columns]],
+        hide_index=True,
+        column_config={
+            c: st.column_config.NumberColumn(format="%.3f")
+            for c in (
+                "accuracy",
+                "ci_low",
+                "ci_high",
+                "strict_accuracy",
+                "citation_accuracy",
+                "abstention_rate",
+                "depth",
+            )
+        },
+    )
+    if result.comparisons:
+        st.markdown("**Paired comparisons** (same questions and repeats)")
+        st.dataframe(pd.DataFrame([c.to_json() for c in result.comparisons]), hide_index=True)
+    for warning in result.warnings[:8]:
+        st.warning(warning, icon=":material/info:")
+    if len(result.warnings) > 8:
+        st.caption(f"\u2026 and {len(result.warnings) - 8} more warning(s).")
+
+
+def _run_form(evaluation: Any, settings: Any) -> Any | None:
+    from rag.stages.packing import STRATEGIES
+
+    generators = ["simulated", "extractive"] + (["openai"] if settings.llm_configured else [])
+    with st.form("eval_run"):
+        st.caption(
+            "Freezes each sample question's evidence from the index (as that question's user), then moves only the "
+            "needed passage. The simulated model follows a known curve and runs in seconds; an LLM sweep takes as "
+            "long as its calls."
+        )
+        cols = st.columns(3)
+        generator = cols[0].selectbox("Generator", generators, key="eval_generator")
+        retrieval = cols[1].selectbox(
+            "Distractors ranked by",
+            ["lexical", "pipeline"],
+            key="eval_retrieval",
+            help="lexical: BM25 only (fast); pipeline: the full query path",
+        )
+        repeats = cols[2].number_input("Repeats per variant", 1, 500, 20, key="eval_repeats")
+        cols = st.columns(3)
+        lengths = cols[0].multiselect(
+            "Context lengths (passages)", ["10", "20", "30"], ["10", "20"], key="eval_lengths"
+        )
+        strategies = cols[1].multiselect(
+            "Packing strategies", list(STRATEGIES), list(STRATEGIES), key="eval_strategies"
+        )
+        limit = cols[2].number_input("Questions (0 = all)", 0, 1000, 10, key="eval_limit")
+        cols = st.columns(3)
+        control = cols[0].checkbox("Control (needed passage removed)", True, key="eval_control")
+        spacing = cols[1].checkbox("Spacing of multi-source evidence", True, key="eval_spacing")
+        save = cols[2].checkbox("Save under data dir / sweeps", True, key="eval_save")
+        submitted = st.form_submit_button("Run sweep", icon=":material/play_arrow:")
+    if not submitted:
+        return None
+    config = evaluation.SweepConfig(
+        data_dir=Path(settings.data_dir),
+        generator=generator,
+        retrieval=retrieval,
+        repeats=int(repeats),
+        lengths=tuple(lengths) or ("10",),
+        strategies=tuple(strategies) or ("edges",),
+        limit=int(limit) or None,
+        control=control,
+        spacing=spacing,
+    )
+    pipeline = (
+        services.get_pipeline(settings) if retrieval == "pipeline" or generator == "extractive" else None
+    )
+    with st.spinner("Running the sweep\u2026"):
+        result = evaluation.run_sweep(config, settings=settings, pipeline=pipeline)
+    if save:
+        out = Path(settings.data_dir) / "sweeps" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        evaluation.save_sweep(result, out)
+        st.success(f"Saved to `{out}`", icon=":material/save:")
+    return result
+
+
+def render() -> None:
+    settings = services.get_settings()
+    services.current_principal(settings)
+    st.title("Evaluation")
+    st.caption(
+        "Position sweeps freeze retrieval and move only the needed passage (start, middle, end): accuracy that "
+        "dips in the middle is the lost-in-the-middle effect that edge packing works around."
+    )
+    evaluation = services.evaluation_api()
+    if evaluation is None:
+        st.warning(services.EVALUATION_NOT_INSTALLED, icon=":material/extension_off:")
+        return
+    load_tab, run_tab = st.tabs(["Load a saved sweep", "Run a sweep"])
+    with load_tab:
+        saved = sweep_dirs(Path(settings.data_dir))
+        options = [str(p) for p in saved]
+        if options:
+            chosen = st.selectbox(
+                "Saved sweeps", options, key="eval_saved", format_func=lambda p: Path(p).name
+            )
+        else:
+            st.caption(f"No saved sweeps in `{Path(settings.data_dir) / 'sweeps'}` yet.")
+            chosen = None
+        folder = st.text_input(
+            "\u2026 or a sweep folder (written by `rag eval position --out DIR`)", "", key="eval_folder"
+        )
+        if st.button("Load", key="eval_load", icon=":material/folder_open:", disabled=not (folder or chosen)):
+            st.session_state[RESULT] = evaluation.load_sweep(Path(folder or chosen))
+    with run_tab:
+        result = _run_form(evaluation, settings)
+        if result is not None:
+            st.session_state[RESULT] = result
+    if st.session_state.get(RESULT) is not None:
+        st.divider()
+        _show(evaluation, st.session_state[RESULT])
+
+
+with services.page_guard():
+    render()
