@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 from rag.stages.budget import intents_of, score_of
+from rag.text import bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"
@@ -53,3 +55,96 @@ def abstention_text(question: str, uncovered: Sequence[Intent], all_intents: Seq
         about = _listing(uncovered) if len(uncovered) > 1 else f'"{question.strip()}"'
         return f"{NOT_ANSWERABLE}: I found no passage that answers {about}."
     return f"{PARTIAL}: {_listing(uncovered)}."
+
+
+# ---------------------------------------------------------------------------------------------- answer type
+# A question that asks for a quantity in a unit ("how many years", "how many days", "how much") is answered
+# only by a sentence that states that unit next to what the question is about. Topic-relevant passages
+# without such a sentence are the classic trap: the bot borrows a nearby number from another rule.
+_UNITS: dict[str, tuple[str, ...]] = {
+    "minute": ("minute",),
+    "hour": ("hour",),
+    "day": ("day", "daili", "business day", "calendar day"),
+    "week": ("week", "weekli"),
+    "month": ("month", "monthli"),
+    "year": ("year", "annual"),
+    "time": ("time", "attempt", "consecut"),
+    "percent": ("percent", "%"),
+    "money": ("$", "usd", "dollar", "€", "£"),
+}
+_ASK_UNIT = re.compile(
+    r"\bhow\s+(?:many|much)\s+(?:more\s+|total\s+|consecutive\s+|business\s+|calendar\s+)?"
+    r"(?P<unit>minutes?|hours?|days?|weeks?|months?|years?|times?|percent|percentage|dollars?)\b"
+    r"|\bhow\s+much\b(?!\s+(?:time|notice|leave|detail|information))(?P<money>)",
+    re.IGNORECASE,
+)
+# Words a question uses to ask, not to say what it is about.
+_ASKING = frozenset(
+    bm25_tokens(
+        "how many much long often exactly many number amount total maximum minimum least most need needs have "
+        "has get gets got do does did can could would should must allow allowed required require we our us you "
+        "your i my me they them there this that what which who when where why if so also just really actually "
+        "time times day days year years month months week weeks hour hours minute minutes percent dollars"
+    )
+)
+
+
+def _unit_key(match: re.Match[str]) -> str:
+    if match.group("money") is not None:
+        return "money"
+    word = match.group("unit").lower().rstrip("s")
+    return {"percentage": "percent", "dollar": "money"}.get(word, word)
+
+
+def _has_unit(sentence: str, key: str) -> bool:
+    low = normalize(sentence).lower()
+    if key == "money":
+        return any(sym in low for sym in ("$", "€", "£")) or bool(re.search(r"\b(?:usd|dollars?)\b", low))
+    if key == "percent":
+        return "%" in low or "percent" in low
+    stems = set(bm25_tokens(low))
+    return any(u in stems or u in low for u in _UNITS[key])
+
+
+def _has_number(sentence: str) -> bool:
+    return bool(re.search(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
+                          r"sixty|ninety|hundred|once|twice|annually|weekly|monthly|daily|quarterly)\b",
+                          sentence, re.IGNORECASE))
+
+
+def missing_answer_type(
+    intent_text: str,
+    passages: Sequence[str],
+    *,
+    context: str = "",
+    score: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
+    min_score: float = 0.5,
+) -> str | None:
+    """Why the passages cannot answer a quantity question, or None when they might (or it asks no quantity).
+
+    Some sentence must state a number in the unit asked for, and be about what the question is about: it
+    shares a content word with the question (other than the asking words), or ``score`` (sentence
+    similarity) rates it at least ``min_score``. "Retain records of configuration-controlled changes for
+    five years" does not answer "how many years do we keep audit logs". ``context`` (the whole question)
+    supplies the topic of an intent that has none of its own ("... 401(k)? If so, how much?").
+    """
+    match = _ASK_UNIT.search(intent_text)
+    if match is None:
+        return None
+    key = _unit_key(match)
+    asked = intent_text if set(bm25_tokens(intent_text)) - _ASKING else f"{context} {intent_text}"
+    topic = set(bm25_tokens(asked)) - _ASKING
+    if not topic:
+        return None
+    stated = [
+        sentence
+        for passage in passages
+        for sentence in split_sentences(passage)
+        if _has_number(sentence) and _has_unit(sentence, key)
+    ]
+    if any(topic & set(bm25_tokens(sentence)) for sentence in stated):
+        return None
+    if stated and score is not None and max(score(asked, stated)) >= min_score:
+        return None
+    unit = "amount" if key == "money" else key
+    return f"no passage states a number of {unit}s for what the question asks about"

@@ -76,3 +76,27 @@ def test_partial_abstention_text() -> None:
 
 def test_nothing_uncovered_means_no_text() -> None:
     assert abstention_text("q", [], TWO) == ""
+
+
+def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    leave = ["Employees receive 25 days of paid annual leave.", "Weddings are celebrated with a team card."]
+    assert missing_answer_type("How many days of paid leave do I get?", leave) is None
+    assert missing_answer_type("How many days of leave do I get for my wedding?", leave) is None  # "leave" shared
+    why = missing_answer_type("How many years must we keep audit logs?", leave)
+    assert why is not None and "years" in why
+    assert missing_answer_type("Who approves my leave?", leave) is None  # asks no quantity
+    # an intent without a topic of its own takes it from the whole question
+    assert missing_answer_type("how much?", ["The 401(k) plan is run by SocialK."], context="Does the 401(k) match? how much?")
+    assert missing_answer_type("how much?", ["The 401(k) match is 4% up to $5,000."], context="Does the 401(k) match? how much?") is None
+
+
+def test_similar_sentences_can_answer_without_shared_words() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    passages = ["Enforce a limit of five (5) consecutive invalid logon attempts."]
+    question = "How many times can I mistype my password?"
+    assert missing_answer_type(question, passages) is not None
+    assert missing_answer_type(question, passages, score=lambda q, ss: [0.6] * len(ss)) is None
+    assert missing_answer_type(question, passages, score=lambda q, ss: [0.2] * len(ss)) is not None
