@@ -60,6 +60,11 @@ def _progress(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callabl
     return update, bar.stop
 
 
+def _console() -> Console:
+    """Tables need room: a terminal keeps its width, a pipe or file gets 160 columns instead of rich's 80."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 def _settings(data_dir: Path | None) -> Any:
     from rag.config import load_settings
 
@@ -74,21 +79,21 @@ def sweep_tables(result: Any) -> list[Table]:
         title=f"Position sweep: {result.model or result.generator}, {result.n_questions} question(s)"
     )
     conf = result.config.get("confidence", 0.95)
-    for col in (
-        "length",
+    heads = (
+        "len",
         "cell",
         "depth",
         "pos",
         "n",
-        "acc %",
-        f"{conf:.0%} CI",
+        f"acc % [{conf:.0%} CI]",
         "strict %",
         "cite %",
         "abstain %",
         "prompt tok",
         "ms",
         "cost",
-    ):
+    )
+    for col in heads:
         cells.add_column(col, justify="left" if col == "cell" else "right")
     for c in result.cells:
         cells.add_row(
@@ -97,8 +102,7 @@ def sweep_tables(result: Any) -> list[Table]:
             "-" if c.depth is None else f"{100 * c.depth:.0f}%",
             "-" if c.position is None else f"{c.position:.3g}",
             str(c.n),
-            _pct(c.accuracy),
-            f"{_pct(c.ci_low)}-{_pct(c.ci_high)}",
+            f"{_pct(c.accuracy)} [{_pct(c.ci_low)}-{_pct(c.ci_high)}]",
             _pct(c.strict_accuracy),
             _pct(c.citation_accuracy),
             _pct(c.abstention_rate),
@@ -280,7 +284,7 @@ def position(
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
-    console = Console()
+    console = _console()
     for table in sweep_tables(result):
         console.print(table)
     for w in result.warnings:
@@ -395,4 +399,4 @@ def qa(
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
-    Console().print(qa_table(report))
+    _console().print(qa_table(report))
