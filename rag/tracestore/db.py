@@ -11,6 +11,8 @@ SQLite) around every migration run, including a plain ``alembic upgrade head``.
 
 from __future__ import annotations
 
+import sys
+
 import contextlib
 import fcntl
 import logging
@@ -184,7 +186,9 @@ def alembic_config(target: Settings | str) -> Config:
     from alembic.config import Config
 
     ini = REPO_ROOT / "alembic.ini"
-    config = Config(str(ini)) if ini.exists() else Config()
+    # stdout is passed at call time: alembic's default is bound when alembic is first imported, which may be
+    # inside a CLI runner whose captured stream is closed by now.
+    config = Config(str(ini), stdout=sys.stdout) if ini.exists() else Config(stdout=sys.stdout)
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # configparser interpolation: a literal % (URL-encoded passwords, options) must be doubled.
     config.set_main_option("sqlalchemy.url", resolve_url(target).replace("%", "%%"))
