@@ -11,11 +11,10 @@ SQLite) around every migration run, including a plain ``alembic upgrade head``.
 
 from __future__ import annotations
 
-import sys
-
 import contextlib
 import fcntl
 import logging
+import sys
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
