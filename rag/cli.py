@@ -146,6 +146,21 @@ def ask(
         print_result(result.to_json())
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="ingest | query | rerankers | lexical_parity | trace_load")],
+) -> None:
+    """Run a benchmark from benchmarks/ (extra options are passed through; --help shows each one's)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "benchmarks" / f"{name}.py").exists():
+        typer.echo(f"Error: no benchmark {name!r} in {root / 'benchmarks'}.", err=True)
+        raise typer.Exit(2)
+    raise typer.Exit(subprocess.call([sys.executable, "-m", f"benchmarks.{name}", *ctx.args], cwd=root))
+
+
 def _register_optional() -> None:
     """Sub-command groups that live in their own modules."""
     from rag.evaluation.cli import eval_app
