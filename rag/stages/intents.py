@@ -87,6 +87,11 @@ def _is_clause(right: str, left: str) -> bool:
     words, left_words = _words(_clean(right)), _words(left)
     if _wh_clause(words, left_words) or _aux_clause(words):
         return True
+    # "..., and if my laptop gets stolen, what should I do?": a conditional clause, then its own question
+    if words[:1] == ["if"] and "," in right:
+        main = _words(right.rsplit(",", 1)[1])
+        if _wh_clause(main, left_words) or _aux_clause(main):
+            return True
     return len(words) >= 3 and words[0] in _IMPERATIVE
 
 

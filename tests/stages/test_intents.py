@@ -150,3 +150,15 @@ def test_typographic_apostrophes_are_understood() -> None:
 )
 def test_be_questions_with_noun_phrase_subjects(question: str, expected: list[str]) -> None:
     assert [i.text for i in split_intents(question)] == expected
+
+
+def test_a_conditional_clause_with_its_own_question_splits() -> None:
+    question = (
+        "What do I need set up if I lose my YubiKey, and if my laptop gets stolen while travelling, "
+        "what should I do in LastPass?"
+    )
+    assert [i.text for i in split_intents(question)] == [
+        "What do I need set up if I lose my YubiKey",
+        "if my laptop gets stolen while travelling, what should I do in LastPass?",
+    ]
+    assert len(split_intents("Can I expense a taxi if I arrive late, and if so, how?")) == 1
