@@ -44,6 +44,7 @@ from rag.index import (
     save_chunks,
 )
 from rag.lexical import BM25Index
+from rag.qdrant_server import SPARSE, ServerIndexWriter, average_length, avgdl_drifted, sparse_document
 from rag.text import bm25_tokens
 from rag.types import Chunk
 
@@ -284,7 +285,20 @@ def ingest(
         # unchanged documents need nothing; a run that changes nothing writes nothing
         changed = {d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)}
         removed_docs -= set(new_docs)
-        if not changed and not removed_docs:
+        server = ServerIndexWriter(settings) if settings.qdrant_url else None
+        # an index that predates the sparse BM25 leg, or a Qdrant server that lacks the published generation
+        # (a new or replaced server), is rebuilt even when no file changed
+        upgrade = current_name is not None and (
+            (server is None and manifest is not None and manifest.bm25_avgdl is None)
+            or (server is not None and not server.has_generation(current_name))
+        )
+        if not changed and not removed_docs and not upgrade:
+            if server is not None:
+                try:
+                    if current_name:
+                        server.ensure_published(current_name)  # a run that died between publish and alias switch
+                finally:
+                    server.close()
             report.generation = current_name
             report.index_chunks = manifest.n_chunks if manifest else 0
             report.seconds = time.perf_counter() - started
@@ -329,14 +343,26 @@ def ingest(
         all_pairs = kept + added
         all_chunks = [c for c, _ in all_pairs]
         all_tokens = [tok for _, tok in all_pairs]
+        avgdl = average_length(all_tokens)
 
-        _write_dense(
-            tmp,
-            previous=generation_dir(data_dir, current_name) if current_name else None,
-            delete=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
-            upsert=[(c, vectors[cache.key(passage_text(c.title, c.section, c.text))]) for c in embed_chunks],
-            dim=emb.dim,
-        )
+        if server is not None:  # blue/green on the server: this generation's own collection, every chunk
+            try:
+                server.build(name, all_chunks, all_tokens, _all_vectors(all_chunks, data_dir, model_name, emb), emb.dim)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                server.close()
+                raise
+        else:
+            _write_dense(
+                tmp,
+                previous=generation_dir(data_dir, current_name) if current_name else None,
+                delete=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
+                upsert=[(c, vectors[cache.key(passage_text(c.title, c.section, c.text))]) for c in embed_chunks],
+                dim=emb.dim,
+                tokens={c.chunk_id: tok for c, tok in all_pairs},
+                avgdl=avgdl,
+                previous_avgdl=manifest.bm25_avgdl if manifest else None,
+            )
         BM25Index.build(all_tokens).save(tmp)
         save_chunks(tmp, all_chunks, all_tokens)
         documents = {d: e for d, e in old_docs.items() if d not in drop_docs}
@@ -350,6 +376,7 @@ def ingest(
             dim=emb.dim,
             documents=documents,
             sources={s: e for s, e in new_sources.items() if any(d in documents for d in e["doc_ids"])},
+            bm25_avgdl=avgdl,
         )
         (tmp / "manifest.json").write_text(new_manifest.to_json())
         (tmp / "ingest-report.json").write_text(json.dumps([asdict(f) for f in report.files], indent=1))
@@ -358,12 +385,35 @@ def ingest(
 
         # 4. publish atomically, then drop old generations
         publish(data_dir, tmp, name)
+        if server is not None:
+            try:
+                server.publish(name)
+            finally:
+                server.close()
         _collect_garbage(data_dir)
         report.generation = name
         report.published = True
         report.index_chunks = len(all_chunks)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _all_vectors(chunks: Sequence[Chunk], data_dir: Path, model: str, emb: Embedder) -> list[np.ndarray]:
+    """Every chunk's vector for a full server build: from the embedding cache, embedding only what it lacks."""
+    cache = EmbeddingCache(data_dir, model)
+    try:
+        keys = [cache.key(passage_text(c.title, c.section, c.text)) for c in chunks]
+        found = cache.get_many(keys)
+        missing = sorted({k: i for i, k in enumerate(keys) if k not in found}.values())
+        for start in range(0, len(missing), 256):
+            part = missing[start : start + 256]
+            out = emb.embed_passages([passage_text(chunks[i].title, chunks[i].section, chunks[i].text) for i in part])
+            items = [(keys[i], out[j]) for j, i in enumerate(part)]
+            cache.put_many(items)
+            found.update(items)
+        return [found[k] for k in keys]
+    finally:
+        cache.close()
 
 
 def _write_dense(
@@ -373,8 +423,16 @@ def _write_dense(
     delete: Sequence[str],
     upsert: Sequence[tuple[Chunk, np.ndarray]],
     dim: int,
+    tokens: dict[str, list[str]],
+    avgdl: float,
+    previous_avgdl: float | None,
 ) -> None:
-    """Copy the previous generation's embedded Qdrant store and apply the changes (or start a new one)."""
+    """Copy the previous generation's embedded Qdrant store and apply the changes (or start a new one).
+
+    Each point also carries the ``bm25`` sparse vector (BM25 term weights; ``tokens`` holds every chunk of the
+    new generation). Kept points keep the weights they were written with unless the corpus's average length
+    drifted more than 5% from ``previous_avgdl``: then every point's sparse vector is rewritten.
+    """
     from qdrant_client import QdrantClient, models
 
     target = folder / "qdrant"
@@ -382,10 +440,17 @@ def _write_dense(
         shutil.copytree(previous / "qdrant", target)
     client = QdrantClient(path=str(target))
     try:
+        reweigh = avgdl_drifted(previous_avgdl, avgdl)
+        if client.collection_exists(COLLECTION) and SPARSE not in (
+            client.get_collection(COLLECTION).config.params.sparse_vectors or {}
+        ):
+            _add_sparse_vector(client, tokens, avgdl)  # a store written before the sparse leg existed
+            reweigh = False
         if not client.collection_exists(COLLECTION):
             client.create_collection(
                 COLLECTION,
                 vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
+                sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
             )
         if delete:
             for start in range(0, len(delete), 1000):
@@ -396,10 +461,55 @@ def _write_dense(
             client.upsert(
                 COLLECTION,
                 points=[
-                    models.PointStruct(id=point_id(c.chunk_id), vector={DENSE: v.tolist()}, payload=chunk_payload(c))
+                    models.PointStruct(
+                        id=point_id(c.chunk_id),
+                        vector={DENSE: v.tolist(), SPARSE: sparse_document(tokens[c.chunk_id], avgdl)},
+                        payload=chunk_payload(c),
+                    )
                     for c, v in part
                 ],
                 wait=True,
             )
+        if reweigh:
+            fresh = {c.chunk_id for c, _ in upsert}
+            kept = [cid for cid in tokens if cid not in fresh]
+            for start in range(0, len(kept), 512):
+                client.update_vectors(
+                    COLLECTION,
+                    points=[
+                        models.PointVectors(id=point_id(cid), vector={SPARSE: sparse_document(tokens[cid], avgdl)})
+                        for cid in kept[start : start + 512]
+                    ],
+                    wait=True,
+                )
     finally:
         client.close()
+
+
+def _add_sparse_vector(client: Any, tokens: dict[str, list[str]], avgdl: float) -> None:
+    """Recreate a dense-only embedded collection with the sparse vector declared (Qdrant cannot add one in place)."""
+    from qdrant_client import models
+
+    params = client.get_collection(COLLECTION).config.params
+    points: list[Any] = []
+    offset = None
+    while True:
+        page, offset = client.scroll(COLLECTION, limit=1000, offset=offset, with_payload=True, with_vectors=[DENSE])
+        points.extend(page)
+        if offset is None:
+            break
+    client.delete_collection(COLLECTION)
+    client.create_collection(
+        COLLECTION,
+        vectors_config=params.vectors,
+        sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+    )
+    for start in range(0, len(points), 256):
+        batch = []
+        for p in points[start : start + 256]:
+            vector: dict[str, Any] = {DENSE: p.vector[DENSE]}
+            chunk_tokens = tokens.get((p.payload or {}).get("chunk_id", ""))
+            if chunk_tokens is not None:  # points of dropped documents are deleted right after
+                vector[SPARSE] = sparse_document(chunk_tokens, avgdl)
+            batch.append(models.PointStruct(id=p.id, vector=vector, payload=p.payload))
+        client.upsert(COLLECTION, points=batch, wait=True)

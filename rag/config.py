@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.errors import ConfigurationError
@@ -26,6 +26,14 @@ class Settings(BaseSettings):
     qdrant_api_key: str | None = None
     qdrant_collection: str = "chunks"
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; unset = SQLite in data_dir.")
+
+    # Qdrant server
+    qdrant_shards: int = Field(default=3, description="shard_number of each collection built on a Qdrant server.")
+    qdrant_replication: int = Field(default=2, description="replication_factor (copies of each shard).")
+    qdrant_write_consistency: int = Field(default=1, description="Replicas that must confirm a write.")
+    lexical_backend: Literal["auto", "bm25", "qdrant"] = Field(
+        default="auto", description="'auto': in-process BM25 for embedded mode, Qdrant sparse vectors for a server."
+    )
 
     # Models
     embedding_model: str = Field(
@@ -77,6 +85,19 @@ class Settings(BaseSettings):
         if value <= 0:
             raise ValueError("must be a positive integer")
         return value
+
+    @field_validator("qdrant_shards", "qdrant_replication", "qdrant_write_consistency")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _consistency_within_replication(self) -> Settings:
+        if self.qdrant_write_consistency > self.qdrant_replication:
+            raise ValueError("qdrant_write_consistency cannot exceed qdrant_replication")
+        return self
 
     @property
     def index_dir(self) -> Path:

@@ -102,6 +102,7 @@ class Manifest:
     dim: int
     documents: dict[str, dict[str, Any]]  # doc_id -> {source, version, fmt, title, groups, ..., chunk_ids}
     sources: dict[str, dict[str, Any]]  # source file -> {version, doc_ids}
+    bm25_avgdl: float | None = None  # avgdl the Qdrant sparse BM25 weights were computed with (None: no sparse leg)
 
     @property
     def n_chunks(self) -> int:
@@ -216,7 +217,11 @@ class Generation:
             doc_chunks.sort(key=lambda c: c.ordinal)
         self.bm25 = BM25Index.load(folder)
         self._masks = _FilterArrays(self.chunks)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"rag-{name}-"))
+        self._open_vectors(folder)
+
+    def _open_vectors(self, folder: Path) -> None:
+        """Open the generation's Qdrant store (a server-backed generation overrides this)."""
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"rag-{self.name}-"))
         try:
             shutil.copytree(folder / "qdrant", self._tmp / "qdrant")
             from qdrant_client import QdrantClient
@@ -224,7 +229,7 @@ class Generation:
             self.client = QdrantClient(path=str(self._tmp / "qdrant"))
         except Exception as exc:
             shutil.rmtree(self._tmp, ignore_errors=True)
-            raise IndexUnavailableError(f"Could not open index generation {name}: {exc}") from exc
+            raise IndexUnavailableError(f"Could not open index generation {self.name}: {exc}") from exc
 
     def close(self) -> None:
         try:
@@ -339,6 +344,26 @@ class IndexReader:
         except Exception as exc:
             raise RetrievalError(f"Dense search failed: {exc}", hint="Re-run `rag ingest` to rebuild the index.") from exc
         return [(p.payload["chunk_id"], float(p.score)) for p in response.points if p.payload]
+
+    # -- lexical search inside Qdrant (sparse BM25 vectors; see rag/qdrant_server.py)
+    def _qdrant_target(self) -> tuple[Any, str]:
+        """The client and collection holding the current generation's vectors."""
+        return self.generation.client, COLLECTION
+
+    def search_lexical_qdrant(self, tokens: Sequence[str], filt: SearchFilter, n: int) -> list[tuple[str, float]]:
+        from rag.qdrant_server import lexical_search
+
+        client, collection = self._qdrant_target()
+        return lexical_search(client, collection, tokens, filt, n)
+
+    def search_hybrid_qdrant(
+        self, tokens: Sequence[str], vector: np.ndarray, filt: SearchFilter, n_lexical: int, n_dense: int, k: int
+    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
+        """(lexical, dense, fused) hits: both legs and their RRF fusion (``1/(k + rank)``) in one Qdrant call."""
+        from rag.qdrant_server import hybrid_search
+
+        client, collection = self._qdrant_target()
+        return hybrid_search(client, collection, tokens, vector, filt, n_lexical, n_dense, k)
 
     # -- ChunkLookup
     def get(self, chunk_id: str) -> Chunk | None:

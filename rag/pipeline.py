@@ -16,6 +16,7 @@ from rag.config import Settings
 from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
 from rag.index import IndexReader
+from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
 from rag.stages.abstention import abstention_text, decide_abstention
 from rag.stages.budget import apply_budget
 from rag.stages.bundling import bundle_dependencies
@@ -215,7 +216,7 @@ class Pipeline:
         from rag.rerank import load_reranker
 
         self.settings = settings
-        self.reader = reader or IndexReader(settings.data_dir)
+        self.reader = reader or open_index_reader(settings)
         self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
         self.reranker = reranker or load_reranker(settings, embedder=self.embedder)
         if llm is None and settings.llm_configured:
@@ -230,15 +231,26 @@ class Pipeline:
         s = self.settings
         vectors = self.embedder.embed_queries([i.text for i in intents])
         per_intent = []
-        detail: dict[str, object] = {}
+        backend = resolve_lexical_backend(s)
+        detail: dict[str, object] = {"lexical_backend": backend}
         for intent, vector in zip(intents, vectors, strict=True):
-            lexical = self.reader.search_lexical(bm25_tokens(intent.text), filt, s.lexical_top_n)
-            dense = self.reader.search_dense(vector, filt, s.dense_top_n)
+            tokens = bm25_tokens(intent.text)
+            fused = None
+            if backend == "qdrant":  # both legs and their fusion in one Qdrant call
+                lexical, dense, fused = self.reader.search_hybrid_qdrant(
+                    tokens, vector, filt, s.lexical_top_n, s.dense_top_n, s.rrf_k
+                )
+            else:
+                lexical = self.reader.search_lexical(tokens, filt, s.lexical_top_n)
+                dense = self.reader.search_dense(vector, filt, s.dense_top_n)
             chunks = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
             chunks = {k: v for k, v in chunks.items() if v is not None and filt.allows(v)}
             lexical = [h for h in lexical if h[0] in chunks]
             dense = [h for h in dense if h[0] in chunks]
-            per_intent.append(rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent.index))
+            if fused is None:
+                per_intent.append(rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent.index))
+            else:
+                per_intent.append(fused_candidates(lexical, dense, fused, chunks, intent=intent.index))
             detail[f"intent_{intent.index}"] = {"lexical": len(lexical), "dense": len(dense)}
         merged = merge_intents(per_intent)
         detail["candidates"] = len(merged)

@@ -23,10 +23,10 @@ from rich.table import Table
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 from rag.tracestore import db
-from rag.tracestore.repository import TraceStore
+from rag.tracestore.repository import TraceNotFound, TraceStore
 
 db_app = typer.Typer(help="Create and migrate the trace database.", no_args_is_help=True)
-traces_app = typer.Typer(help="List, show and export stored answer traces.", no_args_is_help=True)
+traces_app = typer.Typer(help="List, show, export and import stored answer traces.", no_args_is_help=True)
 
 
 def _parse_when(value: str | None) -> date | datetime | None:
@@ -237,6 +237,37 @@ def traces_export(
                     fh.write(json.dumps(trace, ensure_ascii=False) + "\n")
                     count += 1
     typer.echo(f"Exported {count} trace(s){'' if out is None else f' to {out}'}.", err=True)
+
+
+@traces_app.command("import")
+def traces_import(
+    source: Annotated[Path, typer.Argument(help="JSON Lines from `rag traces export` ('-' reads stdin).")],
+    data_dir: DataDirOption = None,
+) -> None:
+    """Load exported traces into this trace database (e.g. SQLite -> PostgreSQL). Stored ids are skipped."""
+    imported = skipped = 0
+    with _user_errors(), _store(data_dir) as store:
+        lines = sys.stdin if str(source) == "-" else source.open(encoding="utf-8")
+        try:
+            for line_no, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    trace = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise typer.BadParameter(f"line {line_no} of {source} is not JSON: {exc}") from exc
+                try:
+                    store.get_trace(str(trace.get("trace_id")))
+                    skipped += 1
+                    continue
+                except TraceNotFound:
+                    pass
+                store.save_trace(trace)
+                imported += 1
+        finally:
+            if lines is not sys.stdin:
+                lines.close()
+    typer.echo(f"Imported {imported} trace(s); {skipped} already stored.", err=True)
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
