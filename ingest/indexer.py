@@ -44,6 +44,7 @@ from rag.index import (
     save_chunks,
 )
 from rag.lexical import BM25Index
+from rag.sentences import SentenceStore, build_sentence_store
 from rag.qdrant_server import SPARSE, ServerIndexWriter, average_length, avgdl_drifted, sparse_document
 from rag.text import bm25_tokens
 from rag.types import Chunk
@@ -365,6 +366,9 @@ def ingest(
             )
         BM25Index.build(all_tokens).save(tmp)
         save_chunks(tmp, all_chunks, all_tokens)
+        t_sent = time.perf_counter()
+        _sentence_store(all_chunks, data_dir, current_name, model_name, emb).save(tmp)
+        report.timings["embed_sentences"] = time.perf_counter() - t_sent
         documents = {d: e for d, e in old_docs.items() if d not in drop_docs}
         for doc_id in changed:
             doc, chunks = new_docs[doc_id]
@@ -412,6 +416,31 @@ def _all_vectors(chunks: Sequence[Chunk], data_dir: Path, model: str, emb: Embed
             cache.put_many(items)
             found.update(items)
         return [found[k] for k in keys]
+    finally:
+        cache.close()
+
+
+def _sentence_store(
+    chunks: Sequence[Chunk], data_dir: Path, current_name: str | None, model: str, emb: Embedder
+) -> SentenceStore:
+    """Sentence vectors of every chunk: copied from the published generation, embedded (cached) when new."""
+    previous = SentenceStore.load(generation_dir(data_dir, current_name)) if current_name else None
+    cache = EmbeddingCache(data_dir, model)
+
+    def embed(units: list[str]) -> dict[str, np.ndarray]:
+        keys = [cache.key(u) for u in units]
+        found = cache.get_many(keys)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        for start in range(0, len(missing), 256):
+            part = missing[start : start + 256]
+            out = emb.embed_passages([units[i] for i in part])
+            items = [(keys[i], out[j]) for j, i in enumerate(part)]
+            cache.put_many(items)
+            found.update(items)
+        return {u: found[k] for u, k in zip(units, keys, strict=True)}
+
+    try:
+        return build_sentence_store([(c.chunk_id, c.text) for c in chunks], previous=previous, embed=embed, dim=emb.dim)
     finally:
         cache.close()
 

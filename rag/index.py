@@ -37,6 +37,7 @@ import numpy as np
 
 from rag.errors import EmptyIndexError, IndexUnavailableError, RetrievalError
 from rag.lexical import BM25Index
+from rag.sentences import SentenceStore
 from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
 
 CURRENT = "CURRENT"
@@ -216,6 +217,7 @@ class Generation:
         for doc_chunks in self.by_doc.values():
             doc_chunks.sort(key=lambda c: c.ordinal)
         self.bm25 = BM25Index.load(folder)
+        self.sentences = SentenceStore.load(folder)  # None for generations built before sentence vectors
         self._masks = _FilterArrays(self.chunks)
         self._open_vectors(folder)
 
@@ -364,6 +366,11 @@ class IndexReader:
 
         client, collection = self._qdrant_target()
         return hybrid_search(client, collection, tokens, vector, filt, n_lexical, n_dense, k)
+
+    def sentence_vectors(self, chunk_id: str) -> np.ndarray | None:
+        """Vectors of ``rag.sentences.sentence_units(chunk.text)``, embedded at ingestion (None if absent)."""
+        store = self.generation.sentences
+        return store.vectors_of(chunk_id) if store is not None else None
 
     # -- ChunkLookup
     def get(self, chunk_id: str) -> Chunk | None:

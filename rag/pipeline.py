@@ -12,21 +12,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+import numpy as np
+
 from rag.config import Settings
 from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
 from rag.index import IndexReader
 from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
-from rag.stages.abstention import abstention_text, decide_abstention
+from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type
 from rag.stages.budget import apply_budget
 from rag.stages.bundling import bundle_dependencies
-from rag.stages.citations import check_citations
+from rag.stages.citations import check_citations, lexical_support
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
+from rag.sentences import sentence_units
 from rag.text import bm25_tokens, count_tokens
 from rag.types import (
     Bundle,
@@ -184,6 +187,9 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
     }
 
 
+INTENT_TOP = 3  # a candidate counts for an intent when it ranks among that intent's best three
+
+
 class _Recorder:
     """Times stages and keeps a short, JSON-able summary of what each produced."""
 
@@ -218,7 +224,14 @@ class Pipeline:
         self.settings = settings
         self.reader = reader or open_index_reader(settings)
         self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
-        self.reranker = reranker or load_reranker(settings, embedder=self.embedder)
+        self._query_vectors: dict[str, np.ndarray] = {}
+        # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
+        self.reranker = reranker or load_reranker(
+            settings,
+            embedder=self.embedder,
+            sentence_vectors=getattr(self.reader, "sentence_vectors", None),
+            query_vector=self.query_vector,
+        )
         if llm is None and settings.llm_configured:
             from rag.llm import LLMClient
 
@@ -229,7 +242,7 @@ class Pipeline:
     # ------------------------------------------------------------------ helpers injected into pure stages
     def _retrieve(self, intents: Sequence[Intent], filt: SearchFilter) -> tuple[list[Candidate], dict[str, object]]:
         s = self.settings
-        vectors = self.embedder.embed_queries([i.text for i in intents])
+        vectors = [self.query_vector(i.text) for i in intents]
         per_intent = []
         backend = resolve_lexical_backend(s)
         detail: dict[str, object] = {"lexical_backend": backend}
@@ -256,22 +269,69 @@ class Pipeline:
         detail["candidates"] = len(merged)
         return merged, detail
 
-    def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
-        """Relevance of each sentence to a query: dense cosine blended with lexical coverage (extractive answers)."""
-        if not sentences:
-            return []
-        vectors = self.embedder.embed_queries([query, *sentences])
-        cos = vectors[1:] @ vectors[0]
-        q = set(bm25_tokens(query))
-        lex = [len(q & set(bm25_tokens(x))) / len(q) if q else 0.0 for x in sentences]
-        return [float(0.7 * c + 0.3 * l) for c, l in zip(cos, lex, strict=True)]
+    def query_vector(self, text: str) -> np.ndarray:
+        """Query embeddings are reused within and across requests (intents, extractive scoring)."""
+        vector = self._query_vectors.get(text)
+        if vector is None:
+            vector = self.embedder.embed_queries([text])[0]
+            if len(self._query_vectors) > 2048:
+                self._query_vectors.clear()
+            self._query_vectors[text] = vector
+        return vector
 
-    def _support(self) -> Callable[[str, str], float] | None:
-        support = getattr(self.reranker, "support", None)
-        if support is None:
-            return None
-        probe = support("a", "a")
-        return support if probe is not None else None
+    def sentence_scorer(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
+        """Relevance of sentences to a query: dense cosine blended with lexical coverage.
+
+        Sentence vectors come from the index (embedded at ingestion); only fragments it lacks (headings,
+        or a generation built before sentence vectors) are embedded now.
+        """
+        known: dict[str, np.ndarray] = {}
+        for e in evidence:
+            vectors = self.reader.sentence_vectors(e.candidate.chunk_id)
+            units = sentence_units(e.candidate.chunk.text)
+            if vectors is not None and len(vectors) == len(units):
+                known.update(zip(units, vectors, strict=True))
+
+        def score(query: str, sentences: Sequence[str]) -> list[float]:
+            if not sentences:
+                return []
+            missing = [x for x in dict.fromkeys(sentences) if x not in known]
+            if missing:
+                known.update(zip(missing, self.embedder.embed_queries(missing), strict=True))
+            qv = self.query_vector(query)
+            q = set(bm25_tokens(query))
+            out = []
+            for x in sentences:
+                lex = len(q & set(bm25_tokens(x))) / len(q) if q else 0.0
+                out.append(float(0.7 * float(known[x] @ qv) + 0.3 * lex))
+            return out
+
+        return score
+
+    def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
+        """Scores with every sentence embedded now (for callers without evidence, e.g. evaluation)."""
+        return self.sentence_scorer(())(query, sentences)
+
+    def support_scorer(self, evidence: Sequence[Evidence]) -> Callable[[str, str], float]:
+        """How well a passage supports a claim: the mean of lexical coverage and the best cosine between the
+        claim and one of the passage's sentences (vectors from the index; claims embedded once each)."""
+        vectors: dict[str, np.ndarray] = {}
+        for e in evidence:
+            v = self.reader.sentence_vectors(e.candidate.chunk_id)
+            if v is not None and len(v):
+                vectors[e.candidate.chunk.text] = v
+        claims: dict[str, np.ndarray] = {}
+
+        def support(claim: str, passage: str) -> float:
+            lexical = lexical_support(claim, passage)
+            units = vectors.get(passage)
+            if units is None:
+                return lexical
+            if claim not in claims:
+                claims[claim] = self.query_vector(claim)
+            return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[claim])))
+
+        return support
 
     @property
     def abstain_threshold(self) -> float:
@@ -304,32 +364,56 @@ class Pipeline:
         with rec.stage("rerank") as d:
             reranked = self.reranker.rerank(question.text, candidates) if candidates else []
             d["reranker"] = self.reranker.name
+        if len(intents) > 1 and reranked:
+            with rec.stage("intent_rerank") as d:
+                # A passage found by both halves of a compound question usually answers one of them: tag each
+                # candidate with the intents it ranks among the best for (reranked against that intent), so
+                # the budget reserves a real answer to every part.
+                strong: dict[str, list[int]] = {}
+                for intent in intents:
+                    pool = [c for c in reranked if intent.index in c.intents]
+                    best = [c.chunk_id for c in self.reranker.rerank(intent.text, pool)[:INTENT_TOP]] if pool else []
+                    for chunk_id in best:
+                        strong.setdefault(chunk_id, []).append(intent.index)
+                    d[f"intent_{intent.index}"] = best
+                reranked = [c.with_(intents=tuple(strong.get(c.chunk_id, ()))) for c in reranked]
         with rec.stage("abstention") as d:
             abstain, uncovered, reason = decide_abstention(reranked, intents, threshold=self.abstain_threshold)
             d.update(abstain=abstain, uncovered=[i.text for i in uncovered], threshold=self.abstain_threshold)
+        # Evidence is selected and shown even when the answer abstains: the trace (and the user) can see what
+        # was found and why it was not enough.
         dropped: list[Dropped] = []
-        bundles: list[Bundle] = []
-        evidence: list[Evidence] = []
-        if not abstain:
-            with rec.stage("dedup") as d:
-                kept, drops = remove_near_duplicates(reranked, threshold=s.dedup_threshold)
-                dropped += drops
-                d["dropped"] = len(drops)
-            with rec.stage("budget") as d:
-                covered = [i for i in intents if i not in uncovered]
-                selected, drops = apply_budget(
-                    kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold
-                )
-                dropped += drops
-                d.update(selected=len(selected), k=k, token_budget=token_budget)
-            with rec.stage("bundle") as d:
-                bundles, added, drops = bundle_dependencies(selected, self.reader, filt, pool=kept, token_budget=token_budget)
-                dropped += drops
-                d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
-            with rec.stage("pack") as d:
-                packed = edge_pack(bundles, packing)
-                evidence = number_evidence(packed)
-                d.update(strategy=packing, order=[e.candidate.chunk_id for e in evidence])
+        with rec.stage("dedup") as d:
+            kept, drops = remove_near_duplicates(reranked, threshold=s.dedup_threshold)
+            dropped += drops
+            d["dropped"] = len(drops)
+        with rec.stage("budget") as d:
+            covered = [i for i in intents if i not in uncovered] or list(intents)
+            selected, drops = apply_budget(kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold)
+            dropped += drops
+            d.update(selected=len(selected), k=k, token_budget=token_budget)
+        with rec.stage("bundle") as d:
+            bundles, added, drops = bundle_dependencies(selected, self.reader, filt, pool=kept, token_budget=token_budget)
+            dropped += drops
+            d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
+        with rec.stage("pack") as d:
+            packed = edge_pack(bundles, packing)
+            evidence = number_evidence(packed)
+            d.update(strategy=packing, order=[e.candidate.chunk_id for e in evidence])
+        if evidence and not abstain:
+            with rec.stage("answer_type") as d:
+                # The evidence must hold the kind of answer asked for ("how many years"), not just the topic.
+                scorer = self.sentence_scorer(evidence)
+                texts = [e.candidate.chunk.text for e in evidence]
+                for intent in intents:
+                    why = None if intent in uncovered else missing_answer_type(
+                        intent.text, texts, context=question.text, score=scorer
+                    )
+                    if why:
+                        uncovered = [*uncovered, intent]
+                        d[f"intent_{intent.index}"] = why
+                if len(uncovered) == len(intents):
+                    abstain, reason = True, "; ".join(map(str, d.values()))
         with rec.stage("prompt") as d:
             prompt = build_prompt(
                 question.text,
@@ -344,13 +428,14 @@ class Pipeline:
             generated = self._generate(question, intents, evidence, prompt, abstain, uncovered, use_llm)
             d.update(model=generated.model, error=generated.error)
         answer = generated.text
-        if abstain or (not evidence):
+        if abstain or not evidence:
             answer = abstention_text(question.text, uncovered or intents, intents)
             abstain = True
+            reason = reason or "no passage was retrieved"
         elif uncovered and generated.error is None:
             answer = f"{answer}\n\n{abstention_text(question.text, uncovered, intents)}"
         with rec.stage("citations") as d:
-            citations = check_citations(answer, evidence, support=self._support())
+            citations = check_citations(answer, evidence, support=self.support_scorer(evidence))
             d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
                      unsupported=sum(not c.supported for c in citations))
         result = Result(
@@ -412,4 +497,4 @@ class Pipeline:
         self, question: Question, intents: Sequence[Intent], evidence: Sequence[Evidence], uncovered: Sequence[Intent]
     ) -> Generated:
         covered = [i for i in intents if i not in uncovered] or list(intents)
-        return extractive_answer(question.text, covered, evidence, score=self.sentence_scores)
+        return extractive_answer(question.text, covered, evidence, score=self.sentence_scorer(evidence))

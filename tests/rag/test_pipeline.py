@@ -73,9 +73,9 @@ def test_compound_question_covers_both_parts(pipeline: Pipeline) -> None:
 
 
 def test_unanswerable_question_abstains(pipeline: Pipeline) -> None:
-    r = ask(pipeline, "What is the company's policy on bringing pet llamas to the Mars office?")
-    assert r["abstained"]
-    assert r["evidence"] == [] and r["citations"] == []
+    r = ask(pipeline, "How many days of paid leave do I get for my wedding?")
+    assert r["abstained"] and r["citations"] == []
+    assert "can't answer" in r["answer"] or "could not find" in r["answer"]
 
 
 def test_injected_instruction_is_not_obeyed(pipeline: Pipeline) -> None:
