@@ -44,8 +44,8 @@ from rag.index import (
     save_chunks,
 )
 from rag.lexical import BM25Index
-from rag.sentences import SentenceStore, build_sentence_store
 from rag.qdrant_server import SPARSE, ServerIndexWriter, average_length, avgdl_drifted, sparse_document
+from rag.sentences import SentenceStore, build_sentence_store
 from rag.text import bm25_tokens
 from rag.types import Chunk
 

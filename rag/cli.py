@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import date
 from collections.abc import Callable
+from datetime import date
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, TypeVar

@@ -86,10 +86,7 @@ class BM25Index:
         eligible = np.flatnonzero(scores > 0)
         if eligible.size == 0:
             return []
-        if eligible.size > n:
-            part = eligible[np.argpartition(-scores[eligible], n - 1)[:n]]
-        else:
-            part = eligible
+        part = eligible[np.argpartition(-scores[eligible], n - 1)[:n]] if eligible.size > n else eligible
         order = sorted(part.tolist(), key=lambda i: (-scores[i], i))
         return [(i, float(scores[i])) for i in order]
 

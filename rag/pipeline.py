@@ -19,6 +19,7 @@ from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
 from rag.index import IndexReader
 from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
+from rag.sentences import sentence_units
 from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type
 from rag.stages.budget import apply_budget
 from rag.stages.bundling import bundle_dependencies
@@ -29,7 +30,6 @@ from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
-from rag.sentences import sentence_units
 from rag.text import bm25_tokens, count_tokens
 from rag.types import (
     Bundle,

@@ -12,7 +12,6 @@ import time
 from datetime import date
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from ingest.indexer import ingest
