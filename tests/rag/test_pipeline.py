@@ -72,10 +72,19 @@ def test_compound_question_covers_both_parts(pipeline: Pipeline) -> None:
     assert "45 days" in r["answer"] and "not refundable" in r["answer"]
 
 
-def test_unanswerable_question_abstains(pipeline: Pipeline) -> None:
-    r = ask(pipeline, "How many days of paid leave do I get for my wedding?")
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Can I bring my dog to the office?",  # nothing about it anywhere
+        "How many years must we keep customer complaint emails?",  # the topic is absent; other rules state years
+        "What is the maximum salary for band L4?",  # only in a document alice may not read
+    ],
+)
+def test_unanswerable_question_abstains(pipeline: Pipeline, question: str) -> None:
+    r = ask(pipeline, question)
     assert r["abstained"] and r["citations"] == []
     assert "can't answer" in r["answer"] or "could not find" in r["answer"]
+    assert r["abstain_reason"]
 
 
 def test_injected_instruction_is_not_obeyed(pipeline: Pipeline) -> None:

