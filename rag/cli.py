@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from datetime import date
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
+from rag.cli_support import user_errors
 from rag.config import Settings, load_settings
 from rag.errors import ConfigurationError, RagError
 from rag.types import Principal
@@ -24,24 +23,6 @@ DataDir = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object (a stable contract for scripts).")]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(func: F) -> F:
-    """Print RagErrors as a message the user can act on, with exit status 1, never a traceback."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except RagError as exc:
-            typer.echo(f"Error: {exc.user_message()}", err=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            typer.echo("Interrupted.", err=True)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def settings_for(data_dir: Path | None, **overrides: Any) -> Settings:

@@ -6,23 +6,20 @@ Mounted by ``rag.cli`` as ``rag llm``; also runnable alone as ``python -m rag.ll
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
 from rag import llm_serve
+from rag.cli_support import user_errors
 from rag.config import load_settings
-from rag.errors import RagError
 
 llm_app = typer.Typer(
     help="The packaged local LLM (Qwen2.5-Coder-1.5B-Instruct) behind an OpenAI-compatible server.",
     no_args_is_help=True,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 DataDir = Annotated[
     Path | None,
@@ -36,21 +33,6 @@ Port = Annotated[int, typer.Option("--port", help="Port to listen on.")]
 Host = Annotated[str, typer.Option("--host", help="Interface to listen on (127.0.0.1 = this machine only).")]
 
 
-def _user_errors(func: F) -> F:
-    """RagErrors become a message and exit status 1, never a traceback (as in ``rag.cli``)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except RagError as exc:
-            typer.echo(f"Error: {exc.user_message()}", err=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            typer.echo("Interrupted.", err=True)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _data_dir(data_dir: Path | None) -> Path:
@@ -58,7 +40,7 @@ def _data_dir(data_dir: Path | None) -> Path:
 
 
 @llm_app.command()
-@_user_errors
+@user_errors
 def serve(
     port: Port = llm_serve.DEFAULT_PORT,
     host: Host = llm_serve.DEFAULT_HOST,
@@ -94,7 +76,7 @@ def serve(
 
 
 @llm_app.command()
-@_user_errors
+@user_errors
 def assemble(
     force: Annotated[
         bool, typer.Option("--force", help="Rebuild even if the model file is already there.")
@@ -113,7 +95,7 @@ def assemble(
 
 
 @llm_app.command()
-@_user_errors
+@user_errors
 def status(
     port: Port = llm_serve.DEFAULT_PORT,
     host: Host = llm_serve.DEFAULT_HOST,

@@ -5,39 +5,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from rag.errors import ConfigurationError, RagError
+from rag.cli_support import user_errors
+from rag.errors import ConfigurationError
 
 eval_app = typer.Typer(
     help="Evaluate: position-sensitivity sweeps (`position`) and end-to-end answer quality (`qa`).",
     no_args_is_help=True,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _user_errors(func: F) -> F:
-    """RagErrors become a message with exit status 1, never a traceback (as in ``rag.cli``)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except RagError as exc:
-            typer.echo(f"Error: {exc.user_message()}", err=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            typer.echo("Interrupted.", err=True)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _pct(x: float | None) -> str:
@@ -128,7 +112,7 @@ def sweep_tables(result: Any) -> list[Table]:
 
 
 @eval_app.command("position")
-@_user_errors
+@user_errors
 def position(
     questions: Annotated[
         Path | None,
@@ -327,7 +311,7 @@ def qa_table(report: Any) -> Table:
 
 
 @eval_app.command("qa")
-@_user_errors
+@user_errors
 def qa(
     questions: Annotated[
         Path | None,

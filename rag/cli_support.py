@@ -1,0 +1,30 @@
+"""What every ``rag`` sub-command shares: user errors become a message and an exit status, never a traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import typer
+
+from rag.errors import RagError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Print RagErrors as a message the user can act on, with exit status 1 (130 on Ctrl-C)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RagError as exc:
+            typer.echo(f"Error: {exc.user_message()}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("Interrupted.", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
