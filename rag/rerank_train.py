@@ -33,6 +33,7 @@ from rag.rerank import (
     candidate_features,
 )
 from rag.sentences import sentence_units
+from rag.stages.fusion import rrf_fuse
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Candidate, Chunk
 
@@ -202,21 +203,13 @@ def rrf_candidates(
     k: int = 60,
     top: int = 40,
 ) -> list[Candidate]:
-    """RRF of two ranked legs of (passage index, score), best ``top`` first, each with both legs' ranks.
-
-    Same formula and tie-break as the query path's fusion stage: sum of 1/(k + rank), ties on chunk id.
-    """
-    legs: dict[int, dict[str, Any]] = {}
-    for rank, (i, score) in enumerate(lexical, start=1):
-        legs.setdefault(i, {}).update(bm25_rank=rank, bm25_score=float(score))
-    for rank, (i, score) in enumerate(dense, start=1):
-        legs.setdefault(i, {}).update(dense_rank=rank, dense_score=float(score))
-    cands = []
-    for i, f in legs.items():
-        fused = sum(1.0 / (k + f[r]) for r in ("bm25_rank", "dense_rank") if r in f)
-        cands.append(Candidate(chunk=chunks[i], fused_score=fused, **f))
-    cands.sort(key=lambda c: (-c.fused_score, c.chunk_id))
-    return [c.with_(fused_rank=r) for r, c in enumerate(cands[:top], start=1)]
+    """RRF of two ranked legs of (passage index, score), best ``top`` first, each with both legs' ranks:
+    the query path's own fusion stage, so training sees exactly the candidates the pipeline reranks."""
+    by_id = {chunks[i].chunk_id: chunks[i] for i, _ in [*lexical, *dense]}
+    fused = rrf_fuse(
+        [(chunks[i].chunk_id, s) for i, s in lexical], [(chunks[i].chunk_id, s) for i, s in dense], by_id, k=k
+    )
+    return fused[:top]
 
 
 @dataclass
