@@ -1,0 +1,27 @@
+"""Smoke runs of the benchmarks on tiny inputs: they must keep working (their figures are not checked here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import ingest as ingest_bench
+from benchmarks import query as query_bench
+
+
+def test_ingest_benchmark_reports_speed_and_reingest(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Leave\n\nEmployees receive 25 days of paid annual leave per calendar year.\n")
+    result = ingest_bench.run([str(docs)], tmp_path / "data")
+    assert result["files"] == 1 and result["failed"] == 0 and result["chunks"] >= 1
+    assert result["reingest_embedded"] == 0
+    for key in ("pages_per_s", "chunks_per_s", "embedding_share", "reingest_speedup"):
+        assert key in result
+
+
+def test_query_benchmark_reports_every_stage(sample_data_dir: Path) -> None:
+    questions = [{"question": "How many days does a customer have to return an item?", "user": "a", "groups": ["staff"]}]
+    result = query_bench.run(sample_data_dir, questions, repeats=1)
+    assert result["queries"] == 1
+    assert {"retrieve", "rerank", "pack", "generate"} <= set(result["stages_ms"])
+    assert set(result["end_to_end_ms_without_generator"]) == {"p50", "p95"}
