@@ -49,7 +49,7 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = make_engine(database_url(), for_migrations=True)
     try:
-        with engine.connect() as connection, migration_lock(connection):
+        with migration_lock(engine) as connection:
             context.configure(
                 connection=connection,
                 target_metadata=target_metadata,

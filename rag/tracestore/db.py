@@ -147,37 +147,39 @@ def write_engine(engine: Engine) -> Engine:
 
 
 @contextlib.contextmanager
-def migration_lock(connection: Connection) -> Iterator[None]:
-    """Serialise migration runs against one database across processes and hosts.
+def migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection for one migration run, serialised against other runs across processes and hosts.
 
     PostgreSQL: a session-level ``pg_advisory_lock`` on the migration connection. SQLite: ``flock`` on
-    ``<db>.migrate.lock`` (the database's own locking covers the rest). Committed before alembic starts its
-    own transaction, so the lock spans the whole run.
+    ``<db>.migrate.lock``, taken before connecting: opening a new database switches it to WAL, which fails at
+    once ("database is locked") while another process is migrating it. Committed before alembic starts its own
+    transaction, so the lock spans the whole run.
     """
-    backend = connection.dialect.name
-    if backend == "postgresql":
+    path = sqlite_path(engine.url.render_as_string(hide_password=False))
+    if engine.dialect.name == "sqlite" and path is not None:
+        lock_path = path.with_name(path.name + ".migrate.lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a+b") as lock_file:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+            try:
+                with engine.connect() as connection:
+                    yield connection
+            finally:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+        return
+    with engine.connect() as connection:
+        if engine.dialect.name != "postgresql":
+            yield connection
+            return
         connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         connection.commit()
         try:
-            yield
+            yield connection
         finally:
             if connection.in_transaction():
                 connection.rollback()
             connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
             connection.commit()
-        return
-    path = sqlite_path(connection.engine.url.render_as_string(hide_password=False))
-    if backend != "sqlite" or path is None:
-        yield
-        return
-    lock_path = path.with_name(path.name + ".migrate.lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+b") as lock_file:
-        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
 
 def alembic_config(target: Settings | str) -> Config:
