@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ingest.indexer import ingest
 from rag.config import Settings
@@ -28,7 +28,7 @@ def run_ingest(paths: Sequence[str], settings: Settings, *, prune: bool = False,
         disable=not show_progress,
         transient=True,
     ) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(phase: str, done: int, total: int) -> None:
             if phase not in tasks:

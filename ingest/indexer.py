@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -483,7 +484,7 @@ def _write_dense(
             )
         if delete:
             for start in range(0, len(delete), 1000):
-                ids = [point_id(cid) for cid in delete[start : start + 1000]]
+                ids: list[int | str | uuid.UUID] = [point_id(cid) for cid in delete[start : start + 1000]]
                 client.delete(COLLECTION, points_selector=models.PointIdsList(points=ids), wait=True)
         for start in range(0, len(upsert), 256):
             part = upsert[start : start + 256]

@@ -57,7 +57,7 @@ class SentenceTransformerEmbedder:
         self.name = name
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(resolve_model_dir(name)), device="cpu")
-        self.dim = int(self._model.get_embedding_dimension())
+        self.dim = int(self._model.get_embedding_dimension() or 0)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -256,8 +256,8 @@ class Pipeline:
             else:
                 lexical = self.reader.search_lexical(tokens, filt, s.lexical_top_n)
                 dense = self.reader.search_dense(vector, filt, s.dense_top_n)
-            chunks = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
-            chunks = {k: v for k, v in chunks.items() if v is not None and filt.allows(v)}
+            found = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
+            chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
             lexical = [h for h in lexical if h[0] in chunks]
             dense = [h for h in dense if h[0] in chunks]
             if fused is None:
@@ -481,7 +481,7 @@ class Pipeline:
     ) -> Generated:
         if abstain or not evidence:
             return Generated(text="", model="none")
-        if use_llm:
+        if use_llm and self.llm is not None:
             from rag.generation import generate
 
             try:
