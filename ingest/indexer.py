@@ -132,6 +132,29 @@ class EmbeddingCache:
                 [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items],
             )
 
+    def vectors(
+        self,
+        texts: Sequence[str],
+        embedder: Embedder,
+        *,
+        batch: int = 256,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[list[np.ndarray], int]:
+        """A vector per text (aligned), embedding only texts the cache lacks (each distinct text once) and
+        storing them batch by batch, so a crashed run loses at most one batch. Returns (vectors, embedded)."""
+        keys = [self.key(x) for x in texts]
+        found = self.get_many(keys)
+        missing = list({k: i for i, k in enumerate(keys) if k not in found}.values())
+        for start in range(0, len(missing), batch):
+            if progress:
+                progress(start, len(missing))
+            part = missing[start : start + batch]
+            out = embedder.embed_passages([texts[i] for i in part])
+            items = [(keys[i], out[j]) for j, i in enumerate(part)]
+            self.put_many(items)
+            found.update(items)
+        return [found[k] for k in keys], len(missing)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -312,20 +335,12 @@ def ingest(
         emb = embedder or load_embedder(model_name, settings.embed_batch_size)
         cache = EmbeddingCache(data_dir, model_name)
         try:
-            texts = [passage_text(c.title, c.section, c.text) for c in embed_chunks]
-            keys = [cache.key(x) for x in texts]
-            vectors = cache.get_many(keys)
-            missing = [i for i, k in enumerate(keys) if k not in vectors]
-            batch = max(8, settings.embed_batch_size * 4)
-            for start in range(0, len(missing), batch):
-                if progress:
-                    progress("embed", start, len(missing))
-                part = missing[start : start + batch]
-                out = emb.embed_passages([texts[i] for i in part])
-                items = [(keys[i], out[j]) for j, i in enumerate(part)]
-                cache.put_many(items)
-                vectors.update(items)
-            report.embedded = len(missing)
+            chunk_vectors, report.embedded = cache.vectors(
+                [passage_text(c.title, c.section, c.text) for c in embed_chunks],
+                emb,
+                batch=max(8, settings.embed_batch_size * 4),
+                progress=(lambda done, total: progress("embed", done, total)) if progress else None,
+            )
         finally:
             cache.close()
         report.timings["embed"] = time.perf_counter() - t
@@ -359,7 +374,7 @@ def ingest(
                 tmp,
                 previous=generation_dir(data_dir, current_name) if current_name else None,
                 delete=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
-                upsert=[(c, vectors[cache.key(passage_text(c.title, c.section, c.text))]) for c in embed_chunks],
+                upsert=list(zip(embed_chunks, chunk_vectors, strict=True)),
                 dim=emb.dim,
                 tokens={c.chunk_id: tok for c, tok in all_pairs},
                 avgdl=avgdl,
@@ -407,16 +422,7 @@ def _all_vectors(chunks: Sequence[Chunk], data_dir: Path, model: str, emb: Embed
     """Every chunk's vector for a full server build: from the embedding cache, embedding only what it lacks."""
     cache = EmbeddingCache(data_dir, model)
     try:
-        keys = [cache.key(passage_text(c.title, c.section, c.text)) for c in chunks]
-        found = cache.get_many(keys)
-        missing = sorted({k: i for i, k in enumerate(keys) if k not in found}.values())
-        for start in range(0, len(missing), 256):
-            part = missing[start : start + 256]
-            out = emb.embed_passages([passage_text(chunks[i].title, chunks[i].section, chunks[i].text) for i in part])
-            items = [(keys[i], out[j]) for j, i in enumerate(part)]
-            cache.put_many(items)
-            found.update(items)
-        return [found[k] for k in keys]
+        return cache.vectors([passage_text(c.title, c.section, c.text) for c in chunks], emb)[0]
     finally:
         cache.close()
 
@@ -429,16 +435,7 @@ def _sentence_store(
     cache = EmbeddingCache(data_dir, model)
 
     def embed(units: list[str]) -> dict[str, np.ndarray]:
-        keys = [cache.key(u) for u in units]
-        found = cache.get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in found]
-        for start in range(0, len(missing), 256):
-            part = missing[start : start + 256]
-            out = emb.embed_passages([units[i] for i in part])
-            items = [(keys[i], out[j]) for j, i in enumerate(part)]
-            cache.put_many(items)
-            found.update(items)
-        return {u: found[k] for u, k in zip(units, keys, strict=True)}
+        return dict(zip(units, cache.vectors(units, emb)[0], strict=True))
 
     try:
         return build_sentence_store([(c.chunk_id, c.text) for c in chunks], previous=previous, embed=embed, dim=emb.dim)
