@@ -145,8 +145,8 @@ def split_intents(question: str) -> list[Intent]:
     """Retrieval intents of a question, indexed 0..n-1; always at least one (the whole question)."""
     texts: list[str] = []
     for context, sentence in _questions(question.strip()):
-        for j, clause in enumerate(_split_clauses(sentence)):
-            texts.append(f"{context} {clause}".strip() if j == 0 and context else clause)
+        for clause in _split_clauses(sentence):
+            texts.append(f"{context} {clause}".strip() if context else clause)
     unique: list[str] = []
     for text in texts:
         if text.casefold() not in {u.casefold() for u in unique}:
