@@ -37,6 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+from benchmarks.metrics import ndcg_at, recall_at  # noqa: E402
 from rag.embedder import load_embedder  # noqa: E402
 from rag.rerank import (  # noqa: E402
     AUTO_RERANKER,
@@ -55,8 +56,6 @@ from rag.rerank_train import (  # noqa: E402
     heldout,
     load_nq,
     load_scifact,
-    ndcg_at,
-    recall_at,
 )
 from rag.types import Candidate  # noqa: E402
 
