@@ -1,0 +1,569 @@
+"""Speed at scale: per-stage latency, throughput with concurrent clients, the model-forward floor, and peak memory
+of ingestion and of the query process, at several index sizes.
+
+    python -m benchmarks.scaling build --sizes 1000 10000 100000 --base DATA_DIR [--work DIR]
+    python -m benchmarks.scaling query --sizes 1000 10000 100000 [--work DIR] [--queries 40] [--clients 4]
+    python -m benchmarks.scaling floor --size 10000 [--work DIR] [--no-cross-encoder]
+    python -m benchmarks.scaling report [--work DIR]          # the tables, from WORK/results.json
+
+``--base`` is a data directory holding the SciFact corpus ingested by the app (``rag ingest
+../shared/data/scifact/corpus.jsonl --data-dir DATA_DIR``: 5,183 abstracts, 9,994 chunks, embedded for real).
+An index of N chunks is built by the app's own ingestion from real SciFact documents (in corpus order, until N
+chunks) and, beyond the 9,994 real chunks, synthetic one-chunk documents: 2-4 real sentences drawn from random
+SciFact chunks under a real title. Vectors are cheap instead of embedded: the N-chunk data directory starts
+with a copy of the base's embedding cache (real vectors of every real chunk and sentence), and each synthetic
+chunk gets the normalised mean of its sentences' real vectors plus noise (cosine ~0.98 to that mean); a
+sentence the cache lacks gets a perturbed copy of a real sentence vector. Ingestion itself then runs unchanged,
+embedding model loaded, and finds every vector in its cache: the build figures are ingestion without the
+embedding forward passes (those cost ~13 chunks/s here; see ``rag bench ingest``).
+
+Each build and each query measurement runs in a fresh child process, so peak RSS (``ru_maxrss``) is that
+process's own. Query texts are SciFact claims, each asked once per process (the pipeline caches query vectors
+by text); the generator is excluded from end to end as in ``benchmarks/query.py``. Throughput: ``--clients``
+threads calling ``Pipeline.ask`` on one shared Pipeline. The floor: the query-embedding forward and the
+reranker's scoring of the same candidates, each in a tight loop, against the end-to-end p50 on the same
+questions; a MiniLM-L6-sized cross-encoder over 40 pairs is timed as a reference (random head: latency only).
+Every command adds its figures to ``WORK/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.query import EXCLUDED, percentiles
+
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+DEFAULT_WORK = Path("/tmp/rag-bench-scaling")
+SYNTHETIC_MAX_TOKENS = 150  # under chunk_target_tokens: every synthetic document is exactly one chunk
+NOISE = 0.2  # norm of the noise added to a synthetic vector: cosine ~0.98 to the vector it perturbs
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return _peak_rss_mb()
+
+
+def _settings(data_dir: Path) -> Any:
+    from rag.config import load_settings
+
+    return load_settings(data_dir=data_dir)
+
+
+# ----------------------------------------------------------------------------------------- building indexes
+def _base_generation(base: Path) -> tuple[Any, list[Any]]:
+    from rag.index import Manifest, current_generation, generation_dir, load_chunks
+
+    name = current_generation(base)
+    if name is None:
+        raise SystemExit(f"{base} holds no published index: ingest the SciFact corpus into it first")
+    folder = generation_dir(base, name)
+    return Manifest.load(folder), load_chunks(folder)[0]
+
+
+def plan_corpus(base: Path, n_chunks: int, out: Path, *, seed: int = 0) -> dict[str, Any]:
+    """Write ``out/real.jsonl`` (base documents in source order until ``n_chunks``) and ``out/synthetic.jsonl``
+    (one-chunk documents recombined from real sentences, for the chunks the base lacks)."""
+    from rag.sentences import sentence_units
+    from rag.text import count_tokens
+
+    manifest, chunks = _base_generation(base)
+    out.mkdir(parents=True, exist_ok=True)
+    real, total = 0, 0
+    with open(out / "real.jsonl", "w", encoding="utf-8") as dst:
+        for source in manifest.sources:
+            with open(source, encoding="utf-8") as src:
+                for line in src:
+                    if total >= n_chunks or not line.strip():
+                        continue
+                    entry = manifest.documents.get(str(json.loads(line)["_id"]))
+                    if entry is None:
+                        continue
+                    dst.write(line if line.endswith("\n") else line + "\n")
+                    real += 1
+                    total += len(entry["chunk_ids"])
+    rng = random.Random(seed)
+    titles = sorted({c.title for c in chunks if c.title})
+    sentences = sorted({u for c in chunks for u in sentence_units(c.text) if len(u.split()) >= 5})
+    size = {s: count_tokens(s) for s in sentences} if total < n_chunks else {}
+    sentences = [s for s in sentences if size.get(s, 0) <= SYNTHETIC_MAX_TOKENS // 2]
+    synthetic = max(0, n_chunks - total)
+    if not synthetic:
+        return {"real_documents": real, "real_chunks": total, "synthetic_documents": 0}
+    with open(out / "synthetic.jsonl", "w", encoding="utf-8") as dst:
+        for i in range(synthetic):
+            picked, used = [], 0
+            for _ in range(rng.randint(2, 4)):
+                s = rng.choice(sentences)
+                if s in picked:
+                    continue
+                if used + size[s] > SYNTHETIC_MAX_TOKENS:
+                    break
+                picked.append(s)
+                used += size[s]
+            record = {"_id": f"synthetic-{i:06d}", "title": rng.choice(titles), "text": " ".join(picked)}
+            dst.write(json.dumps(record) + "\n")
+    return {"real_documents": real, "real_chunks": total, "synthetic_documents": synthetic}
+
+
+def seed_vectors(base: Path, data_dir: Path, synthetic: Path, *, seed: int = 0) -> dict[str, Any]:
+    """Give ``data_dir`` the base's embedding cache plus cheap vectors for every synthetic chunk and sentence.
+
+    Keys are what ingestion will look up: the synthetic file is read and chunked by ingestion's own code.
+    """
+    from ingest.chunking import chunk_document
+    from ingest.indexer import EmbeddingCache
+    from ingest.sources import load_file
+    from rag.embedder import passage_text
+    from rag.sentences import sentence_units
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    target = data_dir / "embeddings.sqlite"
+    if not target.exists():  # a consistent copy of the base's cache (its WAL included)
+        src = sqlite3.connect(f"file:{base / 'embeddings.sqlite'}?mode=ro", uri=True)
+        dst = sqlite3.connect(target)
+        src.backup(dst)
+        dst.close()
+        src.close()
+    settings = _settings(data_dir)
+    docs = load_file(synthetic, settings) if synthetic.exists() else []
+    chunks = [c for d in docs for c in chunk_document(d, settings)]
+    if not chunks:
+        return {"synthetic_chunks": 0, "vectors_added": 0}
+    cache = EmbeddingCache(data_dir, settings.embedding_model)
+    try:
+        _, base_chunks = _base_generation(base)
+        real_units = sorted({u for c in base_chunks for u in sentence_units(c.text)})
+        found = cache.get_many([cache.key(u) for u in real_units])
+        unit_vec = {u: found[cache.key(u)] for u in real_units if cache.key(u) in found}
+        pool = np.stack(list(unit_vec.values())) if unit_vec else None
+        dim = pool.shape[1] if pool is not None else 384
+        rng = np.random.default_rng(seed)
+
+        def perturb(v: np.ndarray) -> np.ndarray:
+            v = v / (np.linalg.norm(v) or 1.0)
+            noisy = v + rng.normal(scale=NOISE / math.sqrt(dim), size=dim)
+            return (noisy / np.linalg.norm(noisy)).astype(np.float32)
+
+        def random_real() -> np.ndarray:
+            if pool is None:
+                return rng.normal(size=dim)
+            return pool[rng.integers(len(pool))]
+
+        items: dict[str, np.ndarray] = {}
+        missing_units = 0
+        for c in chunks:
+            units = sentence_units(c.text)
+            known = [unit_vec[u] for u in units if u in unit_vec]
+            for u in units:
+                if u not in unit_vec and cache.key(u) not in items:
+                    items[cache.key(u)] = perturb(random_real())
+                    missing_units += 1
+            base_vec = np.mean(known, axis=0) if known else random_real()
+            items[cache.key(passage_text(c.title, c.section, c.text))] = perturb(base_vec)
+        pairs = list(items.items())
+        for start in range(0, len(pairs), 5000):
+            cache.put_many(pairs[start : start + 5000])
+    finally:
+        cache.close()
+    return {"synthetic_chunks": len(chunks), "vectors_added": len(items), "sentences_without_real_vector": missing_units}
+
+
+def measure_ingest(corpus: Path, data_dir: Path) -> dict[str, Any]:
+    """Run the app's ingestion over ``corpus`` in this process; its time, what it embedded, and peak RSS."""
+    from ingest.indexer import ingest
+
+    started = time.perf_counter()
+    report = ingest([str(corpus)], _settings(data_dir))
+    if not report.ok:
+        raise SystemExit(f"ingestion failed: {json.dumps(report.to_json()['files'])[:2000]}")
+    return {
+        "chunks": report.index_chunks,
+        "seconds": round(time.perf_counter() - started, 2),
+        "timings_s": {k: round(v, 2) for k, v in report.timings.items()},
+        "embedded": report.embedded,
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+
+
+def build(base: Path, size: int, work: Path, *, child: bool = True) -> dict[str, Any]:
+    """The index of ``size`` chunks under ``work/<size>`` (reused when already built)."""
+    folder = work / str(size)
+    data_dir = folder / "data"
+    corpus = folder / "corpus"
+    done = folder / "build.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    plan = plan_corpus(base, size, corpus)
+    seeded = seed_vectors(base, data_dir, corpus / "synthetic.jsonl")
+    prep_s = round(time.perf_counter() - t, 1)
+    if child:
+        ingestion = _child("ingest", corpus=str(corpus), data_dir=str(data_dir))
+    else:
+        ingestion = measure_ingest(corpus, data_dir)
+    result = {"size": size, **plan, **seeded, "prep_s": prep_s, "ingest": ingestion}
+    done.write_text(json.dumps(result, indent=1))
+    return result
+
+
+# ----------------------------------------------------------------------------------------- querying
+def scifact_claims(path: Path = SCIFACT / "queries.jsonl") -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line)["text"] for line in fh if line.strip()]
+
+
+def _e2e(result: Any) -> float:
+    return sum(s.ms for s in result.stages if s.name not in EXCLUDED)
+
+
+def measure_query(
+    data_dir: Path, questions: Sequence[str], *, n_sequential: int, n_concurrent: int, clients: int, legs: int = 10
+) -> dict[str, Any]:
+    """In this process: open the pipeline, time ``n_sequential`` questions stage by stage, then ``n_concurrent``
+    further questions from ``clients`` threads sharing the pipeline; also each retrieval leg alone."""
+    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.text import bm25_tokens
+    from rag.types import Principal, SearchFilter
+
+    if len(questions) < 1 + n_sequential + n_concurrent:
+        raise SystemExit(f"need {1 + n_sequential + n_concurrent} distinct questions, have {len(questions)}")
+    rss_start = _rss_mb()
+    t = time.perf_counter()
+    pipeline = Pipeline(_settings(data_dir))
+    open_s = time.perf_counter() - t
+    principal = Principal("bench", frozenset())
+    options = PipelineOptions(use_llm=False)
+    pipeline.ask(Question(questions[0], principal), options)  # warm-up: first-call costs are not per-query
+    rss_open = _rss_mb()
+
+    seq = questions[1 : 1 + n_sequential]
+    stages: dict[str, list[float]] = {}
+    e2e, wall, candidates = [], [], []
+    t0 = time.perf_counter()
+    for q in seq:
+        t = time.perf_counter()
+        result = pipeline.ask(Question(q, principal), options)
+        wall.append((time.perf_counter() - t) * 1000)
+        for s in result.stages:
+            stages.setdefault(s.name, []).append(s.ms)
+        e2e.append(_e2e(result))
+        candidates.append(len(result.candidates))
+    sequential_s = time.perf_counter() - t0
+
+    # each leg alone, on the first questions (their vectors are cached now, so the dense leg is the search only)
+    filt = SearchFilter(principal, date.today())
+    leg_ms: dict[str, list[float]] = {"lexical": [], "dense": []}
+    s = pipeline.settings
+    for q in seq[:legs]:
+        t = time.perf_counter()
+        pipeline.reader.search_lexical(bm25_tokens(q), filt, s.lexical_top_n)
+        leg_ms["lexical"].append((time.perf_counter() - t) * 1000)
+        vector = pipeline.query_vector(q)
+        t = time.perf_counter()
+        pipeline.reader.search_dense(vector, filt, s.dense_top_n)
+        leg_ms["dense"].append((time.perf_counter() - t) * 1000)
+
+    conc = questions[1 + n_sequential : 1 + n_sequential + n_concurrent]
+    lock = threading.Lock()
+    conc_e2e: list[float] = []
+
+    def client(k: int) -> None:
+        for q in conc[k::clients]:
+            r = pipeline.ask(Question(q, principal), options)
+            with lock:
+                conc_e2e.append(_e2e(r))
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    concurrent_s = time.perf_counter() - t0
+    n_chunks = len(pipeline.reader.generation.chunks)
+    pipeline.reader.close()
+    return {
+        "chunks": n_chunks,
+        "reranker": pipeline.reranker.name,
+        "open_s": round(open_s, 2),
+        "queries": len(seq),
+        "candidates_mean": round(statistics.fmean(candidates), 1) if candidates else 0,
+        "stages_ms": {name: percentiles(v) for name, v in stages.items()},
+        "legs_ms": {name: percentiles(v) for name, v in leg_ms.items() if v},
+        "end_to_end_ms_without_generator": percentiles(e2e),
+        "wall_ms_with_extractive_generator": percentiles(wall),
+        "sequential_qps": round(len(seq) / sequential_s, 2),
+        "concurrent": {
+            "clients": clients,
+            "queries": len(conc),
+            "qps": round(len(conc) / concurrent_s, 2),
+            "end_to_end_ms_without_generator": percentiles(conc_e2e),
+        },
+        "rss_mb": {"start": round(rss_start, 1), "after_open": round(rss_open, 1), "peak": round(_peak_rss_mb(), 1)},
+        "torch_threads": _torch_threads(),
+    }
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def measure_floor(
+    data_dir: Path, questions: Sequence[str], *, repeats: int, cross_encoder: Path | None, ce_queries: int = 3
+) -> dict[str, Any]:
+    """End to end vs the model work it cannot avoid, on the same questions: the query-embedding forward and the
+    reranker scoring the pipeline's own candidates, each repeated in a tight loop (p50 per question)."""
+    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.types import Principal
+
+    pipeline = Pipeline(_settings(data_dir))
+    principal = Principal("bench", frozenset())
+    options = PipelineOptions(use_llm=False)
+    pipeline.ask(Question(questions[0], principal), options)
+    rows = []
+    cands_of: dict[str, list[Any]] = {}
+    for q in questions[1:]:
+        result = pipeline.ask(Question(q, principal), options)
+        cands_of[q] = list(result.candidates)
+        embed, rerank = [], []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            pipeline.embedder.embed_queries([q])
+            embed.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            pipeline.reranker.rerank(q, result.candidates)
+            rerank.append((time.perf_counter() - t) * 1000)
+        rows.append({
+            "e2e": _e2e(result),
+            "embed": statistics.median(embed),
+            "rerank": statistics.median(rerank),
+            "candidates": len(result.candidates),
+        })
+    e2e = statistics.median(r["e2e"] for r in rows)
+    floor = statistics.median(r["embed"] + r["rerank"] for r in rows)
+    out: dict[str, Any] = {
+        "chunks": len(pipeline.reader.generation.chunks),
+        "queries": len(rows),
+        "repeats": repeats,
+        "reranker": pipeline.reranker.name,
+        "candidates_mean": round(statistics.fmean(r["candidates"] for r in rows), 1),
+        "query_embedding_ms_p50": round(statistics.median(r["embed"] for r in rows), 2),
+        "rerank_ms_p50": round(statistics.median(r["rerank"] for r in rows), 2),
+        "floor_ms_p50": round(floor, 2),
+        "end_to_end_ms_p50": round(e2e, 2),
+        "ratio": round(e2e / floor, 2) if floor else None,
+        "torch_threads": _torch_threads(),
+    }
+    if cross_encoder is not None:
+        from rag.rerank import CrossEncoderReranker
+
+        def forty(cands: list[Any]) -> list[Any]:  # 40 pairs even when the index returned fewer candidates
+            return [cands[i % len(cands)] for i in range(40)] if cands else []
+
+        ce = CrossEncoderReranker(str(cross_encoder))
+        asked = [q for q in cands_of if cands_of[q]][:ce_queries]
+        ce.rerank(asked[0], forty(cands_of[asked[0]]))  # warm-up
+        ms = []
+        for q in asked:
+            for _ in range(max(1, repeats // 2)):
+                t = time.perf_counter()
+                ce.rerank(q, forty(cands_of[q]))
+                ms.append((time.perf_counter() - t) * 1000)
+        out["cross_encoder_minilm_40_pairs_ms_p50"] = round(statistics.median(ms), 1)
+        out["cross_encoder_samples"] = len(ms)
+        ce_floor = out["query_embedding_ms_p50"] + out["cross_encoder_minilm_40_pairs_ms_p50"]
+        out["floor_with_cross_encoder_ms_p50"] = round(ce_floor, 1)
+    pipeline.reader.close()
+    return out
+
+
+# ----------------------------------------------------------------------------------------- processes, results
+def _child(task: str, **kwargs: Any) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (its own peak RSS); its last stdout line is the JSON result."""
+    cmd = [sys.executable, "-m", "benchmarks.scaling", "_child", task, json.dumps(kwargs)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{task} child failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _run_child(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if task == "ingest":
+        return measure_ingest(Path(kwargs["corpus"]), Path(kwargs["data_dir"]))
+    if task == "query":
+        return measure_query(
+            Path(kwargs["data_dir"]),
+            scifact_claims(Path(kwargs["questions"])),
+            n_sequential=kwargs["n_sequential"],
+            n_concurrent=kwargs["n_concurrent"],
+            clients=kwargs["clients"],
+        )
+    if task == "floor":
+        ce = kwargs.get("cross_encoder")
+        return measure_floor(
+            Path(kwargs["data_dir"]),
+            scifact_claims(Path(kwargs["questions"]))[: kwargs["queries"] + 1],
+            repeats=kwargs["repeats"],
+            cross_encoder=Path(ce) if ce else None,
+        )
+    raise SystemExit(f"unknown child task {task!r}")
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "date": date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _save(work: Path, section: str, key: str, value: dict[str, Any]) -> None:
+    path = work / "results.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.setdefault(section, {})[key] = {**value, **_machine()}
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def report(work: Path) -> str:
+    """Markdown tables from ``work/results.json``."""
+    data = json.loads((work / "results.json").read_text())
+    lines = []
+    builds = data.get("build", {})
+    queries = data.get("query", {})
+    sizes = sorted({int(k) for k in (*builds, *queries)})
+    if queries:
+        names = [n for n in dict.fromkeys(n for k in queries for n in queries[k]["stages_ms"]) if n not in EXCLUDED]
+        lines += ["| stage | " + " | ".join(f"{s:,} chunks p50 / p95 ms" for s in sizes if str(s) in queries) + " |",
+                  "|---|" + "---:|" * sum(str(s) in queries for s in sizes)]
+        for name in [*names, "end to end (no generator)", "lexical leg alone", "dense leg alone"]:
+            cells = []
+            for s in sizes:
+                q = queries.get(str(s))
+                if q is None:
+                    continue
+                p = (q["end_to_end_ms_without_generator"] if name.startswith("end to end")
+                     else q["legs_ms"].get(name.split()[0]) if name.endswith("alone") else q["stages_ms"].get(name))
+                cells.append(f"{p['p50']} / {p['p95']}" if p else "")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "| chunks | queries/s, 1 client | queries/s, 4 clients | e2e p50 ms under 4 clients | "
+                  "pipeline open s | query RSS after open MB | query peak RSS MB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for s in sizes:
+            q = queries.get(str(s))
+            if q:
+                c = q["concurrent"]
+                lines.append(f"| {s:,} | {q['sequential_qps']} | {c['qps']} | {c['end_to_end_ms_without_generator']['p50']} "
+                             f"| {q['open_s']} | {q['rss_mb']['after_open']} | {q['rss_mb']['peak']} |")
+    if builds:
+        lines += ["", "| chunks | real / synthetic documents | ingestion s (no embedding) | embedded | ingestion peak RSS MB | stage seconds |",
+                  "|---:|---|---:|---:|---:|---|"]
+        for s in sizes:
+            b = builds.get(str(s))
+            if b:
+                i = b["ingest"]
+                lines.append(f"| {i['chunks']:,} | {b['real_documents']:,} / {b['synthetic_documents']:,} | {i['seconds']} "
+                             f"| {i['embedded']} | {i['peak_rss_mb']} | {i['timings_s']} |")
+    for f in data.get("floor", {}).values():
+        lines += ["", f"Floor at {f['chunks']:,} chunks ({f['queries']} questions, {f['repeats']} repeats): "
+                  f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
+                  f"candidates {f['rerank_ms_p50']} ms = {f['floor_ms_p50']} ms; end to end {f['end_to_end_ms_p50']} ms; "
+                  f"ratio {f['ratio']}x"]
+        if "cross_encoder_minilm_40_pairs_ms_p50" in f:
+            lines.append(f"MiniLM-L6 cross-encoder, 40 pairs: {f['cross_encoder_minilm_40_pairs_ms_p50']} ms")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_build = sub.add_parser("build", help="Build (or reuse) the index of each size; ingestion time and peak RSS.")
+    p_build.add_argument("--base", type=Path, required=True, help="Data directory with SciFact ingested.")
+    p_query = sub.add_parser("query", help="Per-stage latency, throughput and query-process RSS at each size.")
+    p_query.add_argument("--queries", type=int, default=40, help="Sequential questions per size.")
+    p_query.add_argument("--concurrent-queries", type=int, default=40)
+    p_query.add_argument("--clients", type=int, default=4)
+    p_floor = sub.add_parser("floor", help="End to end vs the model-forward floor, at one size.")
+    p_floor.add_argument("--size", type=int, default=10000)
+    p_floor.add_argument("--queries", type=int, default=20)
+    p_floor.add_argument("--repeats", type=int, default=5)
+    p_floor.add_argument("--no-cross-encoder", action="store_true", help="Skip the MiniLM cross-encoder reference.")
+    sub.add_parser("report", help="Print the Markdown tables of WORK/results.json.")
+    for p in (p_build, p_query):
+        p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    for p in (p_build, p_query, p_floor, sub.choices["report"]):
+        p.add_argument("--work", type=Path, default=DEFAULT_WORK, help="Where indexes and results.json live.")
+    for p in (p_query, p_floor):
+        p.add_argument("--questions", type=Path, default=SCIFACT / "queries.jsonl", help="BEIR queries.jsonl")
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "_child":
+        print(json.dumps(_run_child(sys.argv[2], json.loads(sys.argv[3]))))
+        return
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    if args.command == "build":
+        for size in args.sizes:
+            result = build(args.base, size, args.work)
+            _save(args.work, "build", str(size), result)
+            print(json.dumps(result), flush=True)
+    elif args.command == "query":
+        for size in args.sizes:
+            result = _child(
+                "query",
+                data_dir=str(args.work / str(size) / "data"),
+                questions=str(args.questions),
+                n_sequential=args.queries,
+                n_concurrent=args.concurrent_queries,
+                clients=args.clients,
+            )
+            _save(args.work, "query", str(size), result)
+            print(json.dumps(result), flush=True)
+    elif args.command == "floor":
+        ce = None
+        if not args.no_cross_encoder:
+            from benchmarks.rerankers import _minilm_cross_encoder
+
+            ce = str(_minilm_cross_encoder(args.work / "minilm-l6-cross-encoder-random-head"))
+        result = _child(
+            "floor",
+            data_dir=str(args.work / str(args.size) / "data"),
+            questions=str(args.questions),
+            queries=args.queries,
+            repeats=args.repeats,
+            cross_encoder=ce,
+        )
+        _save(args.work, "floor", str(args.size), result)
+        print(json.dumps(result), flush=True)
+    print(report(args.work))
+
+
+if __name__ == "__main__":
+    main()
