@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from rag.errors import EmptyIndexError, IndexUnavailableError, RetrievalError
 from rag.lexical import BM25Index
@@ -201,6 +202,8 @@ class ChunkArchive:
         return chunk_from_dict(json.loads(row[0])) if row else None
 
 
+_BLAS = ThreadpoolController()
+
 # ----------------------------------------------------------------------------- reading side
 class Generation:
     """One published generation opened for reading: chunks, BM25, and a private copy of its Qdrant store."""
@@ -229,9 +232,40 @@ class Generation:
             from qdrant_client import QdrantClient
 
             self.client = QdrantClient(path=str(self._tmp / "qdrant"))
+            self.dense = self._load_dense()
         except Exception as exc:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise IndexUnavailableError(f"Could not open index generation {self.name}: {exc}") from exc
+
+    def _load_dense(self) -> np.ndarray:
+        """The generation's dense vectors as one matrix in chunk order, read from its Qdrant store once.
+
+        Embedded Qdrant evaluates a payload filter point by point in Python (about 0.2 ms per point: 0.4 s
+        per query at 2,000 chunks); the same filter as a numpy mask over this matrix costs microseconds.
+        """
+        row = {c.chunk_id: i for i, c in enumerate(self.chunks)}
+        matrix = np.zeros((len(self.chunks), self.manifest.dim), dtype=np.float32)
+        seen = 0
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                COLLECTION, limit=4096, offset=offset, with_payload=["chunk_id"], with_vectors=[DENSE]
+            )
+            for p in points:
+                i = row.get((p.payload or {}).get("chunk_id", ""))
+                vector = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
+                if i is not None and isinstance(vector, list):
+                    matrix[i] = np.asarray(vector, dtype=np.float32)
+                    seen += 1
+            if offset is None:
+                break
+        if seen != len(self.chunks):
+            raise IndexUnavailableError(
+                f"Index generation {self.name} has {seen} dense vectors for {len(self.chunks)} chunks.",
+                hint="Re-run `rag ingest` to rebuild the index.",
+            )
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return matrix / np.where(norms > 0, norms, 1.0)
 
     def close(self) -> None:
         try:
@@ -333,6 +367,23 @@ class IndexReader:
         return [(gen.chunks[i].chunk_id, score) for i, score in hits]
 
     def search_dense(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
+        """Cosine top ``n`` among the chunks ``filt`` allows (the mask is applied before ranking)."""
+        gen = self.generation
+        mask = gen._masks.mask(filt)
+        allowed = int(mask.sum())
+        if n <= 0 or not allowed:
+            return []
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        with _BLAS.limit(limits=1, user_api="blas"):  # a threaded matvec waits on a busy core: 15 ms, not 0.3
+            scores = np.where(mask, gen.dense @ q, -np.inf)
+        n = min(n, allowed)
+        top = np.argpartition(-scores, n - 1)[:n] if len(scores) > n else np.arange(len(scores))
+        top = top[np.lexsort((top, -scores[top]))]
+        return [(gen.chunks[i].chunk_id, float(scores[i])) for i in top]
+
+    def search_dense_qdrant(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
+        """The same search run by the embedded Qdrant engine (the reference the tests compare against)."""
         gen = self.generation
         try:
             response = gen.client.query_points(

@@ -1,0 +1,48 @@
+"""The embedded reader's dense leg (a numpy mask over the generation's vectors) against Qdrant's own search."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from rag.index import IndexReader
+from rag.types import Principal, SearchFilter
+
+PRINCIPALS = [
+    Principal("alice", frozenset({"staff"})),
+    Principal("hana", frozenset({"staff", "hr"})),
+    Principal("sam", frozenset({"staff", "security"})),
+    Principal("nobody", frozenset()),
+]
+QUESTIONS = ["What are the salary bands for level L3?", "How many days can I work from abroad?", "SEV1 escalation"]
+
+
+@pytest.fixture(scope="module")
+def reader(sample_data_dir: Path) -> IndexReader:
+    r = IndexReader(sample_data_dir)
+    yield r  # type: ignore[misc]
+    r.close()
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS, ids=lambda p: p.user)
+@pytest.mark.parametrize("as_of", [date(2021, 6, 1), date(2026, 6, 1)])
+def test_same_hits_as_qdrants_filtered_search(reader: IndexReader, embedder, principal: Principal, as_of: date) -> None:  # type: ignore[no-untyped-def]
+    filt = SearchFilter(principal, as_of)
+    for question in QUESTIONS:
+        vector = embedder.embed_queries([question])[0]
+        for n in (1, 10, 500):
+            ours = reader.search_dense(vector, filt, n)
+            theirs = reader.search_dense_qdrant(vector, filt, n)
+            assert [cid for cid, _ in ours] == [cid for cid, _ in theirs]
+            assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(ours, theirs, strict=True))
+            for cid, _ in ours:
+                chunk = reader.get(cid)
+                assert chunk is not None and filt.allows(chunk)
+
+
+def test_nothing_readable_means_no_hits(reader: IndexReader, embedder) -> None:  # type: ignore[no-untyped-def]
+    vector = embedder.embed_queries(["anything"])[0]
+    assert reader.search_dense(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10) == []
+    assert reader.search_dense(vector, SearchFilter(PRINCIPALS[0], date(2026, 6, 1)), 0) == []
