@@ -20,6 +20,7 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -152,6 +153,7 @@ def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
 @dataclass(frozen=True)
 class _Passage:
     tokens: list[str]
+    bigrams: frozenset[tuple[str, str]]
     terms: frozenset[str]
     head_terms: frozenset[str]
     numbers: frozenset[str]
@@ -159,10 +161,16 @@ class _Passage:
 
 def _passage_of(candidate: Candidate) -> _Passage:
     chunk = candidate.chunk
-    full = passage_text(chunk.title, chunk.section, chunk.text)
+    return _passage(chunk.title, chunk.section, chunk.text)
+
+
+@functools.lru_cache(maxsize=50_000)
+def _passage(title: str, section: str, text: str) -> _Passage:
+    """Tokens of a passage, computed once per text: a passage comes back in query after query (and hop)."""
+    full = passage_text(title, section, text)
     tokens = bm25_tokens(full)
-    head = bm25_tokens(f"{chunk.title} {chunk.section}")
-    return _Passage(tokens, frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
+    head = bm25_tokens(f"{title} {section}")
+    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
 
 
 def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
@@ -279,7 +287,7 @@ def candidate_features(
                 x[i, col["coverage_idf"]] = sum(weights[t] for t in present) / total
                 x[i, col["title_overlap"]] = sum(weights[t] for t in q_terms if t in p.head_terms) / total
         if q_bigrams:
-            x[i, col["bigram"]] = len(q_bigrams & _bigrams(p.tokens)) / len(q_bigrams)
+            x[i, col["bigram"]] = len(q_bigrams & p.bigrams) / len(q_bigrams)
         if q_numbers:
             x[i, col["numbers"]] = len(q_numbers & p.numbers) / len(q_numbers)
         x[i, col["log_len"]] = math.log1p(len(p.tokens))
