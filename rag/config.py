@@ -65,7 +65,10 @@ class Settings(BaseSettings):
     packing: PackingStrategy = "edges"
     repeat_question: bool = True
     abstain_threshold: float | None = Field(default=None, description="Override the calibrated threshold.")
-    max_hops: int = 1
+    max_hops: int = Field(default=1, ge=0, le=3, description="Follow-up retrieval hops; 0 turns multi-hop off.")
+    hop_passages: int = Field(default=2, ge=1, description="Strongest passages a hop takes bridge terms from.")
+    hop_terms: int = Field(default=2, ge=1, description="Bridge terms followed per passage.")
+    hop_top_n: int = Field(default=10, ge=1, description="Candidates per leg for each follow-up query.")
 
     # Generation
     llm_base_url: str | None = None

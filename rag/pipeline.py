@@ -21,12 +21,13 @@ from rag.index import IndexReader
 from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
 from rag.sentences import sentence_units
 from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type
-from rag.stages.budget import apply_budget
+from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
 from rag.stages.citations import check_citations, lexical_support
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
+from rag.stages.hops import Chain, comparison_chains, evidence_chains, follow_ups, link_chains
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
@@ -67,6 +68,7 @@ class PipelineOptions:
     evidence_k: int | None = None
     token_budget: int | None = None
     use_llm: bool | None = None
+    max_hops: int | None = None
 
 
 @dataclass
@@ -240,34 +242,103 @@ class Pipeline:
         self.trace_store = trace_store
 
     # ------------------------------------------------------------------ helpers injected into pure stages
-    def _retrieve(self, intents: Sequence[Intent], filt: SearchFilter) -> tuple[list[Candidate], dict[str, object]]:
+    def _search(
+        self, text: str, filt: SearchFilter, *, intent: int, top_n: int | None = None
+    ) -> tuple[list[Candidate], dict[str, int]]:
+        """Both legs for one query text, filtered inside the stores, fused; ``top_n`` overrides both legs' N."""
         s = self.settings
-        vectors = [self.query_vector(i.text) for i in intents]
+        lexical_n, dense_n = (top_n, top_n) if top_n else (s.lexical_top_n, s.dense_top_n)
+        vector = self.query_vector(text)
+        tokens = bm25_tokens(text)
+        fused = None
+        if resolve_lexical_backend(s) == "qdrant":  # both legs and their fusion in one Qdrant call
+            lexical, dense, fused = self.reader.search_hybrid_qdrant(tokens, vector, filt, lexical_n, dense_n, s.rrf_k)
+        else:
+            lexical = self.reader.search_lexical(tokens, filt, lexical_n)
+            dense = self.reader.search_dense(vector, filt, dense_n)
+        found = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
+        chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
+        lexical = [h for h in lexical if h[0] in chunks]
+        dense = [h for h in dense if h[0] in chunks]
+        if fused is None:
+            candidates = rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent)
+        else:
+            candidates = fused_candidates(lexical, dense, fused, chunks, intent=intent)
+        return candidates, {"lexical": len(lexical), "dense": len(dense)}
+
+    def _retrieve(self, intents: Sequence[Intent], filt: SearchFilter) -> tuple[list[Candidate], dict[str, object]]:
+        self.query_vectors([i.text for i in intents])
+        detail: dict[str, object] = {"lexical_backend": resolve_lexical_backend(self.settings)}
         per_intent = []
-        backend = resolve_lexical_backend(s)
-        detail: dict[str, object] = {"lexical_backend": backend}
-        for intent, vector in zip(intents, vectors, strict=True):
-            tokens = bm25_tokens(intent.text)
-            fused = None
-            if backend == "qdrant":  # both legs and their fusion in one Qdrant call
-                lexical, dense, fused = self.reader.search_hybrid_qdrant(
-                    tokens, vector, filt, s.lexical_top_n, s.dense_top_n, s.rrf_k
-                )
-            else:
-                lexical = self.reader.search_lexical(tokens, filt, s.lexical_top_n)
-                dense = self.reader.search_dense(vector, filt, s.dense_top_n)
-            found = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
-            chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
-            lexical = [h for h in lexical if h[0] in chunks]
-            dense = [h for h in dense if h[0] in chunks]
-            if fused is None:
-                per_intent.append(rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent.index))
-            else:
-                per_intent.append(fused_candidates(lexical, dense, fused, chunks, intent=intent.index))
-            detail[f"intent_{intent.index}"] = {"lexical": len(lexical), "dense": len(dense)}
+        for intent in intents:
+            candidates, counts = self._search(intent.text, filt, intent=intent.index)
+            per_intent.append(candidates)
+            detail[f"intent_{intent.index}"] = counts
         merged = merge_intents(per_intent)
         detail["candidates"] = len(merged)
         return merged, detail
+
+    def _hops(
+        self, question: str, ranked: list[Candidate], filt: SearchFilter, k: int, max_hops: int, rec: _Recorder
+    ) -> tuple[list[Candidate], list[Chain], list[dict[str, Any]]]:
+        """Follow-up retrievals from the strongest passages (rag/stages/hops.py), at most ``max_hops`` rounds.
+
+        Returns the ranking with linked passages placed behind the passages that named them, the chains
+        (linked chunk id -> the chunk id that led to it) and one trace record per hop.
+        """
+        s = self.settings
+        chains: list[Chain] = []
+        records: list[dict[str, Any]] = []
+        threshold = self.abstain_threshold
+        frontier = [c for c in ranked[: s.hop_passages] if score_of(c) >= threshold]
+        seen_terms: set[str] = set()
+        for hop in range(1, max_hops + 1):
+            with rec.stage(f"hop_{hop}") as d:
+                record: dict[str, Any] = {"hop": hop, "from": [c.chunk_id for c in frontier], "queries": []}
+                records.append(record)
+                fus = follow_ups(question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms))
+                seen_terms.update(f.term for f in fus)
+                if not fus:
+                    record["stopped"] = "no bridge term: the strongest passages name nothing the question does not"
+                    d.update(queries=0, linked=0, stopped="no_terms")
+                    break
+                self.query_vectors([f.query for f in fus])
+                found = []
+                for f in fus:
+                    cands, _ = self._search(f.query, filt, intent=0, top_n=s.hop_top_n)
+                    cands = [c.with_(hop=hop, added_by=f"hop_{hop}:{f.term}") for c in cands]
+                    reranked = self.reranker.rerank(f.query, cands) if cands else []
+                    found.append((f, reranked))
+                    record["queries"].append(
+                        {
+                            "term": f.term,
+                            "query": f.query,
+                            "from": f.parent_id,
+                            "found": [c.chunk_id for c in reranked[:3]],
+                            "best_score": _r(score_of(reranked[0])) if reranked else None,
+                        }
+                    )
+                ranked, links = link_chains(ranked, found, k=k)
+                chains += [(link.child.chunk_id, link.parent_id, "chain") for link in links]
+                record["linked"] = [
+                    {"chunk_id": lk.child.chunk_id, "from": lk.parent_id, "term": lk.term,
+                     "score": _r(score_of(lk.child)), "moved": lk.moved}
+                    for lk in links
+                ]
+                d.update(queries=len(fus), linked=len(links))
+                frontier = [lk.child for lk in links if lk.moved]
+                if not frontier:
+                    record["stopped"] = "nothing new: no follow-up passage beat the evidence it would displace"
+                    d["stopped"] = "nothing_new"
+                    break
+        else:
+            if records:
+                records[-1]["stopped"] = f"hop limit ({max_hops}) reached"
+        return ranked, chains, records
+
+    def clear_caches(self) -> None:
+        """Forget cached query vectors (benchmarks time cold queries with it)."""
+        self._query_vectors.clear()
 
     def query_vector(self, text: str) -> np.ndarray:
         """Query embeddings are reused within and across requests (intents, extractive scoring)."""
@@ -278,6 +349,15 @@ class Pipeline:
                 self._query_vectors.clear()
             self._query_vectors[text] = vector
         return vector
+
+    def query_vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Vectors for several query texts; the ones not cached are embedded in one batch."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._query_vectors]
+        if missing:
+            if len(self._query_vectors) + len(missing) > 2048:
+                self._query_vectors.clear()
+            self._query_vectors.update(zip(missing, self.embedder.embed_queries(missing), strict=True))
+        return [self._query_vectors[t] for t in texts]
 
     def sentence_scorer(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
         """Relevance of sentences to a query: dense cosine blended with lexical coverage.
@@ -377,6 +457,11 @@ class Pipeline:
                         strong.setdefault(chunk_id, []).append(intent.index)
                     d[f"intent_{intent.index}"] = best
                 reranked = [c.with_(intents=tuple(strong.get(c.chunk_id, ()))) for c in reranked]
+        chains: list[Chain] = []
+        hops: list[dict[str, Any]] = []
+        max_hops = s.max_hops if opts.max_hops is None else opts.max_hops
+        if max_hops > 0 and reranked:
+            reranked, chains, hops = self._hops(question.text, reranked, filt, k, max_hops, rec)
         with rec.stage("abstention") as d:
             abstain, uncovered, reason = decide_abstention(reranked, intents, threshold=self.abstain_threshold)
             d.update(abstain=abstain, uncovered=[i.text for i in uncovered], threshold=self.abstain_threshold)
@@ -393,7 +478,13 @@ class Pipeline:
             dropped += drops
             d.update(selected=len(selected), k=k, token_budget=token_budget)
         with rec.stage("bundle") as d:
-            bundles, added, drops = bundle_dependencies(selected, self.reader, filt, pool=kept, token_budget=token_budget)
+            # a passage travels with the selected passage its term leads to, and subjects compared side by
+            # side travel together ("Who is older, X or Y?"); links found by a hop come first
+            chains = [*chains, *comparison_chains(question.text, selected), *evidence_chains(question.text, selected)]
+            d["chains"] = [list(c) for c in chains]
+            bundles, added, drops = bundle_dependencies(
+                selected, self.reader, filt, pool=kept, token_budget=token_budget, chains=chains
+            )
             dropped += drops
             d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
         with rec.stage("pack") as d:
@@ -456,6 +547,7 @@ class Pipeline:
             reranker=self.reranker.name,
             packing=packing,
             generation_mode=s.generation_mode if use_llm else "extractive",
+            hops=hops,
             budgets={
                 "evidence_k": k,
                 "evidence_token_budget": token_budget,

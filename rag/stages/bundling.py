@@ -21,6 +21,8 @@ MAX_REFERENCES = 2  # cross-referenced sections followed per passage
 # A bundle is a rule with what it needs, not a whole document: chains of links between selected passages
 # would otherwise merge every passage of one policy into one block and defeat edge packing.
 MAX_BUNDLE = 3
+# A chain (a passage with the passage its term leads to) may add one link to a full bundle.
+MAX_CHAIN_BUNDLE = MAX_BUNDLE + 1
 
 
 class ChunkLookup(Protocol):
@@ -158,8 +160,11 @@ class _Bundler:
         pool: Sequence[Candidate],
         max_added: int,
         token_budget: int | None,
+        chains: Sequence[tuple[str, str, str]] = (),
     ) -> None:
         self.lookup, self.filt, self.max_added, self.token_budget = lookup, filt, max_added, token_budget
+        self.chains = chains
+        self.chain_parent: dict[str, str] = {}  # chained passage -> the passage that named its term
         self.pool = {c.chunk_id: c for c in pool}
         self.pool_rank = {c.chunk_id: i for i, c in enumerate(pool)}
         self.members: dict[str, Candidate] = {}
@@ -302,6 +307,18 @@ class _Bundler:
         for cid in self.selected:
             for link in self.links(self.members[cid].chunk):
                 self.add(cid, link)
+        # Then chains: the passage that named a term with the passage it led to (what a passage needs to be
+        # read at all comes first). A child joins the first of its parents whose bundle still has room.
+        chained: set[str] = set()
+        for child, parent, reason in self.chains:
+            if child in chained or child not in self.members or parent not in self.members:
+                continue
+            if self.root(child) == self.root(parent):
+                chained.add(child)
+            elif self.size(parent) + self.size(child) <= MAX_CHAIN_BUNDLE:
+                self.join(parent, child, reason)
+                chained.add(child)
+                self.chain_parent[child] = parent
         return self.bundles(), self.added, self.dropped
 
     # -- output ---------------------------------------------------------------------------------------
@@ -314,9 +331,14 @@ class _Bundler:
 
     def bundle(self, bundle_id: int, root: str, ids: list[str]) -> Bundle:
         members = [self.members[cid] for cid in ids]
-        doc_rank: dict[str, int] = {}
+        doc_rank: dict[str, float] = {}
         for cand in sorted(members, key=lambda c: self.priority[c.chunk_id]):
             doc_rank.setdefault(cand.chunk.doc_id, len(doc_rank))
+        for child, parent in self.chain_parent.items():  # chain order: the document that named the term first
+            if child in ids and parent in ids:
+                child_doc, parent_doc = self.members[child].chunk.doc_id, self.members[parent].chunk.doc_id
+                if doc_rank[child_doc] < doc_rank[parent_doc]:
+                    doc_rank[child_doc] = doc_rank[parent_doc] + 0.5
         members.sort(key=lambda c: (doc_rank[c.chunk.doc_id], c.chunk.ordinal))
         reason = self.reasons[root][0] if len(members) > 1 and self.reasons[root] else "single"
         return Bundle(bundle_id, tuple(members), reason, bundle_score(members))
@@ -338,6 +360,7 @@ def bundle_dependencies(
     pool: Sequence[Candidate] = (),
     max_added: int = 4,
     token_budget: int | None = None,
+    chains: Sequence[tuple[str, str, str]] = (),
 ) -> tuple[list[Bundle], list[Candidate], list[Dropped]]:
     """Group ``selected`` (ranked best first) with the passages they depend on.
 
@@ -346,5 +369,8 @@ def bundle_dependencies(
     ``pool``), and Dropped records for chunks that were needed but refused: "access_denied",
     "bundle_limit" (more than ``max_added``) or "over_budget_tokens" (the selection plus additions would
     exceed ``token_budget``). A needed chunk that is already selected merges the two bundles instead.
+    ``chains`` lists (passage, the passage it belongs with, reason: "chain" for a multi-hop link, "comparison"
+    for subjects compared) in priority order: both selected, they join one bundle (up to MAX_CHAIN_BUNDLE
+    members), the better-ranked passage's document first; a passage joins its first parent that has room.
     """
-    return _Bundler(selected, lookup, filt, pool, max_added, token_budget).run()
+    return _Bundler(selected, lookup, filt, pool, max_added, token_budget, chains).run()

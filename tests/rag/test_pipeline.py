@@ -121,3 +121,64 @@ def test_result_json_contract(pipeline: Pipeline) -> None:
     assert {"retrieve", "rerank", "pack", "generate", "total"} <= set(r["timings_ms"])
     first_bundle = r["evidence"][0]["bundle"]  # edge packing: the best passage's bundle comes first
     assert any(e["rerank_rank"] == 1 for e in r["evidence"] if e["bundle"] == first_bundle)
+
+
+SAM = Principal("sam", frozenset({"staff", "security"}))
+RANSOMWARE = "Our team lead's laptop got ransomware. Who at Security Operations do we page, and on which extension?"
+
+
+def test_a_form_named_in_a_rule_is_chained_to_its_deadline(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "How long after I get back from a business trip do I have to submit my travel expense claim?")
+    deadline = positions(r, "Form EXP-7 must be filed within 30 days")
+    assert deadline, [e["text"][:60] for e in r["evidence"]]
+    by_n = {e["n"]: e for e in r["evidence"]}
+    bundle_id = by_n[deadline[0]]["bundle"]
+    bundle = next(b for b in r["bundles"] if b["bundle_id"] == bundle_id)
+    assert "chain" in bundle["reason"] or len(bundle["chunk_ids"]) > 1
+    members = [e for e in r["evidence"] if e["bundle"] == bundle_id]
+    namers = [e for e in members if "EXP-7" in e["text"] and e["doc_id"] != by_n[deadline[0]]["doc_id"]]
+    assert namers, "the passage that names the form travels with the form's deadline"
+    assert max(e["n"] for e in namers) < deadline[0], "chain order: the rule naming the form, then the form"
+    ns = sorted(e["n"] for e in members)
+    assert ns == list(range(ns[0], ns[0] + len(ns))), "a bundle is contiguous"
+    assert [d for s in r["stages"] if s["name"] == "bundle" for d in s["detail"]["chains"]]
+
+
+def test_follow_up_queries_never_cross_access_filters(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = pipeline.reader
+    calls: list[tuple[object, list[str]]] = []
+    lexical, dense = reader.search_lexical, reader.search_dense
+
+    def spy(search):  # type: ignore[no-untyped-def]
+        def run(query, filt, n):  # type: ignore[no-untyped-def]
+            hits = search(query, filt, n)
+            calls.append((filt, [cid for cid, _ in hits]))
+            return hits
+
+        return run
+
+    monkeypatch.setattr(reader, "search_lexical", spy(lexical))
+    monkeypatch.setattr(reader, "search_dense", spy(dense))
+    r = ask(pipeline, RANSOMWARE)
+    assert r["hops"] and r["hops"][0]["queries"], "the question must exercise follow-up queries"
+    assert len(calls) > 2 * len(r["intents"]), "follow-ups search through the same filtered legs"
+    for filt, ids in calls:
+        assert filt.principal == ALICE  # type: ignore[attr-defined]
+        for cid in ids:
+            chunk = reader.get(cid)
+            assert chunk is not None and "security" not in chunk.groups
+    blob = json.dumps(r)
+    assert "CANARY-SEC-4410" not in blob and "incident-escalation" not in blob
+    # The same path reaches the runbook for someone allowed to read it: the filter, not luck, kept it out.
+    assert "incident-escalation" in json.dumps(ask(pipeline, RANSOMWARE, SAM))
+
+
+def test_every_hop_is_in_the_trace(pipeline: Pipeline) -> None:
+    r = ask(pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?")
+    hop = r["hops"][0]
+    assert hop["hop"] == 1 and hop["from"] and hop["stopped"]
+    assert all({"term", "query", "from", "found", "best_score"} <= set(q) for q in hop["queries"])
+    assert "hop_1" in r["timings_ms"]
+    off = ask(pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?",
+              max_hops=0)
+    assert off["hops"] == [] and "hop_1" not in off["timings_ms"]

@@ -1,0 +1,310 @@
+"""Multi-hop retrieval: follow what the strongest passages name that the question does not.
+
+"What position did the woman who played Corliss Archer hold?" retrieves the film's passage, which names
+Shirley Temple; only a second retrieval for "Shirley Temple" finds the passage that answers. Policies chain the
+same way: a rule names a form whose deadline lives elsewhere, a limit applies to a defined term, "see 4.2".
+
+Pure functions; the runner (rag/pipeline.py) does the searching and reranking between them:
+
+1. ``follow_ups``: bridge terms from the strongest passages (proper names, quoted titles, form and control
+   identifiers, defined terms) that the question does not already name, each turned into a follow-up query:
+   the term plus the words of the question its passage did not answer (the bridging text and what is still
+   asked). The runner retrieves with it and reranks what it finds against it: one embedding per follow-up.
+2. ``link_chains``: a hop candidate joins the evidence only when it is about the bridge term and beats what
+   it would displace; it then sits right after the passage that named it, so the budget keeps both links and
+   bundling keeps them adjacent, in chain order. A follow-up that finds a passage already in the evidence
+   links the two in place.
+3. ``comparison_chains``: passages about subjects the question compares ("X or Y") travel together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rag.text import STOPWORDS, bm25_tokens, split_sentences
+from rag.types import Candidate
+
+STAGE = "hop"
+Chain = tuple[str, str, str]  # (child chunk id, parent chunk id, reason): two passages that belong together
+
+# Proper-name runs: capitalised words, optionally joined by short function words ("Bank of America",
+# "Kiss and Tell"); identifiers ("AC-2", "IR-6(1)", "SF-182", "Form T-7"); quoted titles; defined terms.
+_CONNECTOR = r"(?:of|the|and|for|de|del|la|le|von|van|da|du|der|&|on|in)"
+_CAP_WORD = r"(?:[A-Z][\w'’.\-]*[\w'’]|[A-Z])"
+_NAME = re.compile(rf"\b{_CAP_WORD}(?:\s+(?:{_CONNECTOR}\s+)?{_CAP_WORD})*")
+_IDENTIFIER = re.compile(
+    r"\b(?:(?:Form|Section|Appendix|Schedule|Exhibit|Annex|Table)\s+[A-Z0-9][\w.\-]*"
+    r"|[A-Z]{1,4}-\d+(?:\(\d+\))?)"
+)
+_QUOTED = re.compile(r"[\"“]([^\"”]{3,80})[\"”]")
+_DEFINED = re.compile(r"[\"“]?([A-Za-z][\w \-]{2,60}?)[\"”]?\s+(?:means|is defined as|refers to)\b")
+_TRAILING_CONNECTOR = re.compile(rf"(?:\s+{_CONNECTOR})+$")
+# Addresses carry capitals and ids that name nothing: "(https://trello.com/c/Lpz7sc8d)", "EISD@epa.gov".
+_ADDRESS = re.compile(r"\]\([^)]*\)|https?://\S+|www\.\S+|\S+@\S+\.\w+")
+# A line opens a sentence too: list items and headings start with a capital whatever they say.
+_LINE_START = re.compile(r"(?m)^[ \t]*(?:[-*#>\u2022]+|\d+[.)]|[a-z][.)]|\(\w+\))?[ \t]*")
+_FUNCTION_WORDS = STOPWORDS | {"no", "not", "nor"}
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """One follow-up query: what to retrieve, what to rerank against, and which passage named it."""
+
+    parent_id: str  # the passage whose text named the bridge term
+    term: str  # the bridge term
+    query: str  # the term plus the question's unanswered words: retrieved with, and reranked against
+
+
+def _token_set(text: str) -> set[str]:
+    return set(bm25_tokens(text))
+
+
+def _single_word_ok(word: str) -> bool:
+    """A lone capitalised word names something when it is an acronym or a proper noun, not a shouted word."""
+    if word.lower() in _FUNCTION_WORDS:
+        return False
+    # "Lpz7sc8d": an id from an address, not a name
+    return not (any(ch.isdigit() for ch in word) and any(ch.islower() for ch in word))
+
+
+def _terms_in(sentence: str) -> list[str]:
+    """Candidate bridge terms of one sentence, the most specific kinds first, then in order of appearance:
+    quoted titles and defined terms, identifiers, multi-word names, acronyms, single capitalised words."""
+    sentence = _ADDRESS.sub(" ", sentence)
+    starts = {m.end() for m in _LINE_START.finditer(sentence)} | {_first_word_start(sentence)}
+    found: list[tuple[int, int, str]] = []  # (kind, position, term)
+    for m in _QUOTED.finditer(sentence):
+        found.append((0, m.start(1), m.group(1).strip()))
+    for m in _DEFINED.finditer(sentence):
+        found.append((0, m.start(1), m.group(1).strip()))
+    for m in _IDENTIFIER.finditer(sentence):
+        found.append((1, m.start(), m.group(0)))
+    for m in _NAME.finditer(sentence):
+        words = _TRAILING_CONNECTOR.sub("", m.group(0)).strip(" .-").split()
+        if words and m.start() in starts and not words[0].isupper():
+            words = words[1:]  # "Use MFA", "The Kiss": a sentence's first capital says nothing
+            words = words[1:] if words and words[0].lower() in _FUNCTION_WORDS else words
+        if not words:
+            continue
+        if len(words) == 1 and not _single_word_ok(words[0]):
+            continue
+        kind = 2 if len(words) > 1 else 3 if words[0].isupper() else 4
+        found.append((kind, m.start(), " ".join(words)))
+    found.sort(key=lambda x: (x[0], x[1]))
+    return [term for _, _, term in found]
+
+
+def _first_word_start(sentence: str) -> int:
+    m = re.search(r"\w", sentence)
+    return m.start() if m else 0
+
+
+def bridge_terms(question: str, text: str, title: str = "", limit: int = 2, heading: str = "") -> list[str]:
+    """Terms in ``text`` that the question does not name, from the sentences closest to the question first.
+
+    A term qualifies when it carries at least one content word that is neither in the question nor in the
+    passage's own title or heading (the passage already is about those), and is not part of a term already
+    taken ("EXP-7" after "Form EXP-7"). Sentences are tried in order of how many
+    question words they share, so the term comes from where the passage meets the question.
+    """
+    q_tokens = _token_set(question)
+    own = q_tokens | _token_set(title) | _token_set(heading)
+    sentences = split_sentences(text) or [text]
+    ranked = sorted(
+        range(len(sentences)), key=lambda i: (-len(q_tokens & _token_set(sentences[i])), i)
+    )
+    terms: list[str] = []
+    seen: set[frozenset[str]] = set()
+    for i in ranked:
+        for term in _terms_in(sentences[i]):
+            tokens = frozenset(bm25_tokens(term))
+            if not tokens or tokens <= own or any(tokens <= t or t <= tokens for t in seen):
+                continue
+            if all(t in STOPWORDS for t in term.lower().split()):
+                continue
+            seen.add(tokens)
+            terms.append(term)
+            if len(terms) >= limit:
+                return terms
+    return terms
+
+
+def residual_words(question: str, text: str) -> str:
+    """The question's content words that ``text`` does not contain: what is still to be found."""
+    have = _token_set(text)
+    words = re.findall(r"[\w'’\-]+", question)
+    kept = [w for w in words if (t := bm25_tokens(w)) and not set(t) <= have]
+    return " ".join(kept)
+
+
+def follow_ups(
+    question: str,
+    parents: Sequence[Candidate],
+    *,
+    terms_per_passage: int = 2,
+    seen_terms: frozenset[str] = frozenset(),
+) -> list[FollowUp]:
+    """Follow-up queries from ``parents`` (the strongest passages, best first); each term is followed once."""
+    out: list[FollowUp] = []
+    seen = {t.casefold() for t in seen_terms}
+    for parent in parents:
+        chunk = parent.chunk
+        for term in bridge_terms(question, chunk.text, chunk.title, terms_per_passage, _heading(chunk.section)):
+            if term.casefold() in seen:
+                continue
+            seen.add(term.casefold())
+            residual = residual_words(question, chunk.text)
+            out.append(
+                FollowUp(
+                    parent_id=chunk.chunk_id,
+                    term=term,
+                    query=f"{term} {residual}".strip(),
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Link:
+    """A chain link: ``child`` is what the bridge ``term`` found in ``parent``'s text led to."""
+
+    parent_id: str
+    child: Candidate
+    term: str
+    moved: bool  # False when the child was already among the passages the budget would keep
+
+
+def _score(c: Candidate) -> float:
+    return c.rerank_score if c.rerank_score is not None else c.fused_score
+
+
+def _heading(section: str) -> str:
+    return section.split(">")[-1].strip() if section else ""
+
+
+def _bare_title(title: str) -> str:
+    """'Kir (cocktail)' -> 'Kir': the disambiguation in brackets is not how anyone names the subject."""
+    return re.sub(r"\s*\([^)]*\)\s*", " ", title).strip()
+
+
+def _specific(term: str) -> bool:
+    """Names one thing: several words, a number ("EXP-7", "AC-2") or an acronym; not "Security", "Time"."""
+    words = term.split()
+    return len(words) > 1 or any(ch.isdigit() for ch in term) or (term.isupper() and len(term) > 1)
+
+
+def is_about(term: str, cand: Candidate) -> bool:
+    """The passage is about ``term``: the term is its document's title, a specific term in its heading, or
+    the words its text opens with ("Qualifying Equipment means ...", "Form EXP-7 must be filed ...")."""
+    tokens = set(bm25_tokens(term))
+    if not tokens:
+        return False
+    chunk = cand.chunk
+    if tokens == set(bm25_tokens(_bare_title(chunk.title))):
+        return True
+    if not _specific(term):
+        return False  # a lone common word ("Systems", "Authorization") opens or heads too many passages
+    if tokens <= set(bm25_tokens(_heading(chunk.section))):
+        return True
+    opening = re.sub(r"^[#\-*\s]+", "", chunk.text)[: len(term) + 1].lower()
+    return opening.startswith(term.lower()) and not opening[len(term) : len(term) + 1].isalnum()
+
+
+def link_chains(
+    ranked: Sequence[Candidate],
+    found: Sequence[tuple[FollowUp, Sequence[Candidate]]],
+    *,
+    k: int,
+    max_links: int = 1,
+    min_ratio: float = 0.5,
+) -> tuple[list[Candidate], list[Link]]:
+    """Link each follow-up's best passage to the passage that named its term; return the new ranking.
+
+    ``found`` pairs each follow-up with its candidates reranked against its query (best first).
+    - The best passage is already among the first ``k``: it is linked in place when it is about the term
+      (the chain exists; bundling will keep the two together).
+    - Otherwise it is linked, and moved right behind its parent, only when it is about the term too and its
+      hop score beats the ``k``-th passage's score (what it displaces), its own score for the plain question,
+      and ``min_ratio`` of the best first-hop score: a passage that merely mentions a side term ("American",
+      "a retrospective template") does not push out evidence.
+    At most ``max_links`` links per parent; every other candidate keeps its order.
+    """
+    if not ranked:
+        return [], []
+    top_ids = {c.chunk_id for c in ranked[:k]}
+    floor = _score(ranked[k - 1]) if len(ranked) >= k and k > 0 else float("-inf")
+    floor = max(floor, min_ratio * _score(ranked[0]))
+    own = {c.chunk_id: _score(c) for c in ranked}
+    proposals: list[tuple[float, Link]] = []
+    for follow_up, candidates in found:
+        best = next((c for c in candidates if c.chunk_id != follow_up.parent_id), None)
+        if best is None:
+            continue
+        if best.chunk_id in top_ids:
+            if is_about(follow_up.term, best):
+                proposals.append((_score(best), Link(follow_up.parent_id, best, follow_up.term, moved=False)))
+            continue
+        score = _score(best)
+        if score > floor and score > own.get(best.chunk_id, float("-inf")) and is_about(follow_up.term, best):
+            proposals.append((score, Link(follow_up.parent_id, best, follow_up.term, moved=True)))
+    links: list[Link] = []
+    per_parent: dict[str, int] = {}
+    children: set[str] = set()
+    for _, link in sorted(proposals, key=lambda x: -x[0]):
+        cid = link.child.chunk_id
+        if cid in children or cid == link.parent_id or per_parent.get(link.parent_id, 0) >= max_links:
+            continue
+        children.add(cid)
+        per_parent[link.parent_id] = per_parent.get(link.parent_id, 0) + 1
+        links.append(link)
+    moved = {lk.child.chunk_id: lk for lk in links if lk.moved}
+    out: list[Candidate] = []
+    for cand in ranked:
+        if cand.chunk_id in moved:
+            continue  # it moves up, behind its parent
+        out.append(cand)
+        out.extend(lk.child for lk in links if lk.moved and lk.parent_id == cand.chunk_id)
+    return out, links
+
+
+def comparison_chains(question: str, selected: Sequence[Candidate], limit: int = 3) -> list[Chain]:
+    """Passages about different subjects the question names side by side ("Who is older, X or Y?").
+
+    A selected passage qualifies when its document title (brackets dropped) is named in the question as a
+    phrase; with two or more such subjects, their best passages form one chain ((child, parent,
+    "comparison"), the best-ranked passage the parent). Answering a comparison needs both sides together, not at opposite ends of the prompt.
+    """
+    q = f" {' '.join(re.findall(r'[0-9a-z]+', question.lower()))} "
+    best: dict[str, tuple[int, Candidate]] = {}
+    for rank, cand in enumerate(selected):
+        title = _bare_title(cand.chunk.title)
+        words = re.findall(r"[0-9a-z]+", title.lower())
+        if not words or all(w in _FUNCTION_WORDS for w in words):
+            continue
+        if f" {' '.join(words)} " in q:
+            best.setdefault(" ".join(words), (rank, cand))
+    named = [cand for _, cand in sorted(best.values(), key=lambda x: x[0])][:limit]
+    docs = {c.chunk.doc_id for c in named}
+    if len(named) < 2 or len(docs) < len(named):
+        return []
+    return [(c.chunk_id, named[0].chunk_id, "comparison") for c in named[1:]]
+
+
+def evidence_chains(question: str, selected: Sequence[Candidate], terms_per_passage: int = 4) -> list[Chain]:
+    """Chains inside the selection itself: a passage names a term that another selected passage is about.
+
+    "Submit your travel expenses on Form EXP-7" and "3.2 Form EXP-7: ... must be filed within 30 days" were
+    both retrieved; every such pair is returned as (child, parent, "chain"), best-ranked parent first, and
+    bundling joins the first pair whose bundles still fit. No retrieval is needed, so every selected passage
+    is a possible parent. Passages of one document are left to dependency bundling.
+    """
+    chains: list[Chain] = []
+    for parent in selected:
+        chunk = parent.chunk
+        terms = bridge_terms(question, chunk.text, chunk.title, terms_per_passage, _heading(chunk.section))
+        for child in selected:
+            if child.chunk.doc_id != chunk.doc_id and any(is_about(term, child) for term in terms):
+                chains.append((child.chunk_id, chunk.chunk_id, "chain"))
+    return chains

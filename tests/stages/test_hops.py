@@ -1,0 +1,195 @@
+"""Multi-hop stage functions: bridge terms, follow-up queries, chain linking, comparisons, in-evidence chains."""
+
+from __future__ import annotations
+
+from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
+from rag.stages.hops import (
+    bridge_terms,
+    comparison_chains,
+    evidence_chains,
+    follow_ups,
+    is_about,
+    link_chains,
+    residual_words,
+)
+from rag.types import Candidate, Chunk, Principal, SearchFilter
+
+CORLISS = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+FILM = (
+    "Kiss and Tell is a 1945 American comedy film starring then 17-year-old Shirley Temple as Corliss Archer. "
+    "In the film, two teenage girls cause their respective parents much concern when they start to become "
+    "interested in boys."
+)
+TEMPLE = (
+    "Shirley Temple Black was an American actress, singer, dancer, businesswoman, and diplomat. As an adult, "
+    "she was named United States ambassador to Ghana and to Czechoslovakia and also served as Chief of Protocol."
+)
+
+
+def chunk(cid: str, text: str, *, doc: str | None = None, title: str = "Doc", section: str = "", ordinal: int = 0) -> Chunk:
+    return Chunk(
+        chunk_id=cid,
+        doc_id=doc or f"doc-{cid}",
+        text=text,
+        source=f"/{doc or cid}.md",
+        title=title,
+        section=section or title,
+        page=None,
+        page_end=None,
+        ordinal=ordinal,
+        prev_id=None,
+        next_id=None,
+        groups=("public",),
+        effective=None,
+        expires=None,
+        tags=(),
+        doc_version="v1",
+        n_tokens=len(text.split()),
+    )
+
+
+def cand(c: Chunk, score: float) -> Candidate:
+    return Candidate(chunk=c, rerank_score=score, fused_score=score)
+
+
+# ---------------------------------------------------------------------------------------------- bridge terms
+def test_bridge_term_is_the_name_the_question_does_not_know() -> None:
+    terms = bridge_terms(CORLISS, FILM, "Kiss and Tell (1945 film)")
+    assert terms[0] == "Shirley Temple"
+    assert not any("Corliss" in t or "Kiss" in t for t in terms), "names from the question are not bridges"
+
+
+def test_addresses_and_line_openings_are_not_terms() -> None:
+    text = (
+        "- Three of the following must hold.\n"
+        "Review the [board](https://trello.com/c/Lpz7sc8d) NOT now. Ask the Enterprise IT Service Desk "
+        "(EISD@epa.gov) to enable MFA."
+    )
+    terms = bridge_terms("How do I reset my password?", text, "Passwords", limit=5)
+    assert "Enterprise IT Service Desk" in terms and "MFA" in terms
+    assert not {"Three", "Review", "NOT", "Lpz7sc8d"} & set(terms)
+
+
+def test_a_term_inside_a_taken_term_is_not_followed_twice() -> None:
+    terms = bridge_terms("When is the claim due?", "Submit it on Form EXP-7; EXP-7 claims go to Finance Operations.", limit=5)
+    assert len({"Form EXP-7", "EXP-7"} & set(terms)) == 1 and "Finance Operations" in terms
+
+
+def test_the_passage_heading_is_not_a_bridge() -> None:
+    text = "Form EXP-7 is used for every cost that belongs to a business trip."
+    assert bridge_terms("When is the claim due?", text, "Glossary", heading="3.2 Form EXP-7: Travel Expense Claim") == []
+
+
+def test_residual_words_are_what_the_passage_did_not_answer() -> None:
+    residual = residual_words(CORLISS, FILM)
+    assert "government" in residual and "position" in residual
+    assert "Corliss" not in residual and "film" not in residual
+
+
+def test_follow_ups_follow_each_term_once() -> None:
+    parents = [cand(chunk("a", FILM, title="Kiss and Tell (1945 film)"), 0.9),
+               cand(chunk("b", "A remake starred Shirley Temple again."), 0.8)]
+    fus = follow_ups(CORLISS, parents, terms_per_passage=2)
+    assert [f.term for f in fus].count("Shirley Temple") == 1
+    first = fus[0]
+    assert first.parent_id == "a" and first.query.startswith("Shirley Temple") and "government" in first.query
+
+
+def test_seen_terms_are_not_followed_again() -> None:
+    parents = [cand(chunk("a", FILM, title="Kiss and Tell (1945 film)"), 0.9)]
+    terms = {f.term for f in follow_ups(CORLISS, parents, seen_terms=frozenset({"Shirley Temple"}))}
+    assert "Shirley Temple" not in terms
+
+
+# ---------------------------------------------------------------------------------------------- aboutness
+def test_is_about_title_heading_or_opening() -> None:
+    assert is_about("Shirley Temple", cand(chunk("t", TEMPLE, title="Shirley Temple"), 0.5))
+    glossary = chunk("g", "Form EXP-7 must be filed within 30 days.", title="Glossary", section="Glossary > 3.2 Form EXP-7: Travel")
+    assert is_about("Form EXP-7", cand(glossary, 0.5))
+    opening = chunk("q", "Qualifying Equipment means a desk or a chair.", title="Glossary", section="Glossary > Terms")
+    assert is_about("Qualifying Equipment", cand(opening, 0.5))
+    mention = chunk("m", "Check out this retrospective template for ideas.", title="PM role", section="PM role > Resources")
+    assert not is_about("Retrospective Template", cand(mention, 0.5))
+    common = chunk("s", "Systems vulnerable to malware must be scanned.", title="Access", section="Access > Systems")
+    assert not is_about("Systems", cand(common, 0.5)), "a lone common word names nothing"
+
+
+# ---------------------------------------------------------------------------------------------- linking
+def _ranking(n: int = 6) -> list[Candidate]:
+    film = cand(chunk("film", FILM, title="Kiss and Tell (1945 film)"), 0.9)
+    others = [cand(chunk(f"o{i}", f"Another passage number {i}."), 0.5 - i * 0.05) for i in range(n - 1)]
+    return [film, *others]
+
+
+def _follow_up(term: str = "Shirley Temple"):  # type: ignore[no-untyped-def]
+    fus = follow_ups(CORLISS, [_ranking()[0]])
+    return next(f for f in fus if f.term == term)
+
+
+def test_a_found_link_moves_behind_the_passage_that_named_it() -> None:
+    ranked = _ranking()
+    temple = cand(chunk("temple", TEMPLE, title="Shirley Temple"), 0.8)
+    out, links = link_chains(ranked, [(_follow_up(), [temple])], k=6)
+    assert [c.chunk_id for c in out[:2]] == ["film", "temple"]
+    assert len(out) == len(ranked) + 1 and links[0].moved and links[0].parent_id == "film"
+
+
+def test_a_weak_or_off_topic_hit_is_not_linked() -> None:
+    ranked = _ranking()
+    weak = cand(chunk("temple", TEMPLE, title="Shirley Temple"), 0.1)  # below what it would displace
+    assert link_chains(ranked, [(_follow_up(), [weak])], k=6)[1] == []
+    mention = cand(chunk("m", "A documentary mentions Shirley Temple once.", title="Docs"), 0.95)
+    assert link_chains(ranked, [(_follow_up(), [mention])], k=6)[1] == [], "it must be about the term"
+
+
+def test_a_hit_already_in_the_evidence_is_linked_in_place() -> None:
+    temple = cand(chunk("temple", TEMPLE, title="Shirley Temple"), 0.45)
+    ranked = [*_ranking(3), temple]
+    out, links = link_chains(ranked, [(_follow_up(), [temple])], k=6)
+    assert [c.chunk_id for c in out] == [c.chunk_id for c in ranked]
+    assert links and not links[0].moved
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+def test_compared_subjects_form_one_chain() -> None:
+    a = cand(chunk("a", "Ferdi Taygan is an American former tennis player.", title="Ferdi Taygan"), 0.9)
+    b = cand(chunk("b", "Mahesh Bhupathi is an Indian tennis player.", title="Mahesh Bhupathi"), 0.8)
+    other = cand(chunk("c", "Doubles tournaments in 1983.", title="1983 Volvo International"), 0.7)
+    chains = comparison_chains("Who is older, Ferdi Taygan or Mahesh Bhupathi?", [a, other, b])
+    assert chains == [("b", "a", "comparison")]
+    assert comparison_chains("How old is Ferdi Taygan?", [a, other, b]) == []
+
+
+def test_evidence_chain_links_a_form_to_its_deadline() -> None:
+    rule = cand(chunk("rule", "After a trip, submit your expenses on Form EXP-7 with receipts.", doc="travel",
+                      title="Travel Policy", section="Travel Policy > 7. After you travel"), 0.9)
+    deadline = cand(chunk("deadline", "Form EXP-7 must be filed within 30 days of the trip end.", doc="glossary",
+                          title="Glossary", section="Glossary > 3.2 Form EXP-7: Travel Expense Claim"), 0.7)
+    chains = evidence_chains("How long do I have to submit my travel expense claim?", [rule, deadline])
+    assert ("deadline", "rule", "chain") in chains
+
+
+def test_bundling_keeps_a_chain_together_in_chain_order() -> None:
+    rule = cand(chunk("rule", "After a trip, submit your expenses on Form EXP-7.", doc="travel", title="Travel"), 0.9)
+    other = cand(chunk("x", "Unrelated passage about parking.", doc="parking", title="Parking"), 0.8)
+    deadline = cand(chunk("deadline", "Form EXP-7 must be filed within 30 days.", doc="glossary", title="Glossary"), 0.7)
+    selected = [rule, other, deadline]
+
+    class Lookup:
+        def get(self, chunk_id: str) -> Chunk | None:
+            return next((c.chunk for c in selected if c.chunk_id == chunk_id), None)
+
+        def doc_chunks(self, doc_id: str) -> list[Chunk]:
+            return [c.chunk for c in selected if c.chunk.doc_id == doc_id]
+
+        def docs_by_title(self, title: str) -> list[str]:
+            return []
+
+    from datetime import date
+
+    filt = SearchFilter(Principal("u", frozenset({"public"})), date(2026, 1, 1))
+    bundles, _, _ = bundle_dependencies(selected, Lookup(), filt, chains=[("deadline", "rule", "chain")])
+    chain = next(b for b in bundles if b.reason == "chain")
+    assert chain.chunk_ids == ("rule", "deadline"), "the passage naming the form first, then the form"
+    assert len(bundles) == 2
+    assert MAX_CHAIN_BUNDLE >= 2
