@@ -16,7 +16,7 @@ from rag.cli_support import user_errors
 from rag.errors import ConfigurationError
 
 eval_app = typer.Typer(
-    help="Evaluate: position-sensitivity sweeps (`position`) and end-to-end answer quality (`qa`).",
+    help="Evaluate: position-sensitivity sweeps (`position`), end-to-end answer quality (`qa`), multi-hop evidence (`multihop`).",
     no_args_is_help=True,
 )
 
@@ -384,3 +384,85 @@ def qa(
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
     _console().print(qa_table(report))
+
+
+def multihop_table(report: Any) -> Table:
+    table = Table(title="Multi-hop evidence (both supporting paragraphs in the final evidence)")
+    for col in ("config", "both", "at least one", "adjacent | both", "answer present", "p50 ms", "hop p50 ms"):
+        table.add_column(col)
+
+    def fmt(m: dict[str, Any]) -> str:
+        lo, hi = m["ci95"]
+        return f"{m['k']}/{m['n']} {_pct(m['rate'])} [{_pct(lo)}–{_pct(hi)}]"
+
+    for name, summary in report.configs.items():
+        table.add_row(
+            name,
+            fmt(summary["both_in_evidence"]),
+            fmt(summary["at_least_one"]),
+            fmt(summary["adjacent_when_both"]),
+            fmt(summary["answer_present"]),
+            f"{summary['ms_end_to_end']['p50']:.0f}",
+            f"{summary['ms_hops']['p50']:.0f}",
+        )
+    return table
+
+
+@eval_app.command("multihop")
+@user_errors
+def multihop(
+    questions: Annotated[
+        Path, typer.Option("--questions", help="HotpotQA-style JSONL (question_text, answers_objects, contexts).")
+    ],
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Where the pooled corpus is ingested. Env: RAG_DATA_DIR."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most N questions.")] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
+    hops: Annotated[int | None, typer.Option("--hops", help="Follow-up hops (default: RAG_MAX_HOPS).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report.json and rows/results per configuration.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: {meta, configs}.")] = False,
+) -> None:
+    """Pool the questions' paragraphs into one corpus, ingest it, and compare evidence with and without hops."""
+    from ingest.indexer import ingest as run_ingest
+    from rag.evaluation.multihop import load_multihop, run_multihop, write_corpus
+    from rag.pipeline import Pipeline, PipelineOptions
+
+    settings = _settings(data_dir)
+    qs, records = load_multihop(questions)
+    if limit:
+        qs = qs[:limit]
+    if not qs:
+        raise ConfigurationError(f"No questions in {questions}.")
+    corpus = write_corpus(records, settings.data_dir / "corpus" / f"{questions.stem}.jsonl")
+    report_ingest = run_ingest([str(corpus)], settings)
+    if not report_ingest.ok:
+        raise ConfigurationError(f"Ingesting {corpus} failed; run `rag ingest {corpus}` to see why.")
+    pipeline = Pipeline(settings)
+    n_hops = settings.max_hops if hops is None else hops
+    configs = {
+        "no_hop": PipelineOptions(evidence_k=k, use_llm=False, max_hops=0),
+        f"hops={n_hops}": PipelineOptions(evidence_k=k, use_llm=False, max_hops=n_hops),
+    }
+    update, stop = _progress(not as_json)
+    try:
+        report = run_multihop(qs, pipeline, configs, progress=update)
+    finally:
+        stop()
+    report.meta = {"questions": str(questions), "data_dir": str(settings.data_dir), "corpus_records": len(records),
+                   "evidence_k": k or settings.evidence_k, "reranker": pipeline.reranker.name}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
+        for name in configs:
+            with open(out / f"rows-{name}.jsonl", "w") as fh:
+                fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in report.rows[name])
+            with open(out / f"results-{name}.jsonl", "w") as fh:
+                fh.writelines(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in report.results[name])
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        return
+    _console().print(multihop_table(report))
