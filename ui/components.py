@@ -410,6 +410,41 @@ def bundles_frame(trace: dict[str, Any]) -> pd.DataFrame:
     )
 
 
+HOP_COLUMNS = ["hop", "term", "follow-up query", "from", "found", "best score", "linked"]
+
+
+def hops_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    """One row per follow-up query: the term it followed, from which passage, what it found and linked."""
+    titles = _title_of(trace)
+    rows = []
+    for hop in trace.get("hops") or []:
+        linked = {(lk.get("from"), lk.get("term")): lk for lk in hop.get("linked") or []}
+        for q in hop.get("queries") or []:
+            link = linked.get((q.get("from"), q.get("term")))
+            rows.append(
+                {
+                    "hop": hop.get("hop"),
+                    "term": q.get("term"),
+                    "follow-up query": q.get("query"),
+                    "from": titles.get(q.get("from") or "", q.get("from")),
+                    "found": " | ".join(titles.get(c, c) for c in q.get("found") or []),
+                    "best score": q.get("best_score"),
+                    "linked": (
+                        f"{titles.get(link['chunk_id'], link['chunk_id'])} "
+                        f"({'moved behind its source' if link.get('moved') else 'already in the evidence'})"
+                        if link
+                        else ""
+                    ),
+                }
+            )
+    return pd.DataFrame(rows, columns=HOP_COLUMNS)
+
+
+def hop_stops(trace: dict[str, Any]) -> list[str]:
+    """Why each hop stopped, as one line per hop."""
+    return [f"Hop {h.get('hop')}: {h.get('stopped') or 'linked passages; next hop ran'}" for h in trace.get("hops") or []]
+
+
 def citations_frame(trace: dict[str, Any]) -> pd.DataFrame:
     titles = _title_of(trace)
     rows = []
@@ -452,6 +487,7 @@ def render_trace(trace: dict[str, Any], *, key: str) -> None:
             "Candidates",
             "Dropped",
             "Bundles",
+            "Hops",
             "Prompt",
             "Citations",
             "Timing & budgets",
@@ -493,19 +529,27 @@ def render_trace(trace: dict[str, Any], *, key: str) -> None:
         else:
             st.dataframe(frame, hide_index=True, key=f"bund_{key}")
     with tabs[5]:
+        frame = hops_frame(trace)
+        if not trace.get("hops"):
+            st.caption("No follow-up retrieval ran for this answer (multi-hop off, or nothing retrieved).")
+        else:
+            for line in hop_stops(trace):
+                st.caption(line)
+            st.dataframe(frame, hide_index=True, key=f"hops_{key}")
+    with tabs[6]:
         prompt = trace.get("prompt") or {}
         st.caption(f"{prompt.get('tokens', 0)} prompt tokens")
         st.markdown("System")
         st.code(prompt.get("system") or "", language=None, wrap_lines=True)
         st.markdown("User")
         st.code(prompt.get("user") or "", language=None, wrap_lines=True)
-    with tabs[6]:
+    with tabs[7]:
         frame = citations_frame(trace)
         if frame.empty:
             st.caption("The answer cites nothing.")
         else:
             st.dataframe(frame, hide_index=True, key=f"cit_{key}")
-    with tabs[7]:
+    with tabs[8]:
         frame = timings_frame(trace)
         total = (trace.get("timings_ms") or {}).get("total")
         st.caption(f"total {total:.0f} ms" if isinstance(total, int | float) else "")

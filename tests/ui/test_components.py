@@ -248,3 +248,25 @@ def test_ui_command_mounts_on_typer(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     result = CliRunner().invoke(app, ["ui", "--port", "9001", "--data-dir", str(tmp_path)])
     assert result.exit_code == 3, result.output
     assert seen == {"data_dir": tmp_path, "port": 9001, "headless": True}
+
+
+def test_hops_list_every_follow_up_and_what_it_linked() -> None:
+    t = trace(
+        hops=[
+            {
+                "hop": 1,
+                "from": ["c1"],
+                "queries": [
+                    {"term": "Form EXP-7", "query": "Form EXP-7 how long", "from": "c1", "found": ["c3"], "best_score": 0.4},
+                    {"term": "Finance", "query": "Finance how long", "from": "c1", "found": [], "best_score": None},
+                ],
+                "linked": [{"chunk_id": "c3", "from": "c1", "term": "Form EXP-7", "score": 0.4, "moved": False}],
+                "stopped": "nothing new: no follow-up passage beat the evidence it would displace",
+            }
+        ]
+    )
+    frame = components.hops_frame(t)
+    assert list(frame["term"]) == ["Form EXP-7", "Finance"]
+    assert "already in the evidence" in frame["linked"][0] and frame["linked"][1] == ""
+    assert components.hop_stops(t) == ["Hop 1: nothing new: no follow-up passage beat the evidence it would displace"]
+    assert components.hops_frame(trace()).empty

@@ -297,11 +297,15 @@ def test_trace_stage_views_and_replay_side_by_side(
         "Candidates",
         "Dropped",
         "Bundles",
+        "Hops",
         "Prompt",
         "Citations",
         "Timing & budgets",
     ):
         assert label in labels
+    if trace["hops"]:  # every follow-up query of the answer is listed with what it found
+        hops = frame(at, "follow-up query")
+        assert list(hops["follow-up query"]) == [q["query"] for h in trace["hops"] for q in h["queries"]]
     candidates = frame(at, "fate")
     for column in ("rerank score", "fused score", "BM25 score", "dense score", "fate"):
         assert column in candidates.columns
