@@ -474,7 +474,10 @@ class Pipeline:
             d["dropped"] = len(drops)
         with rec.stage("budget") as d:
             covered = [i for i in intents if i not in uncovered] or list(intents)
-            selected, drops = apply_budget(kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold)
+            moved = {child: parent for child, parent, _ in chains}
+            selected, drops = apply_budget(
+                kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold, links=moved
+            )
             dropped += drops
             d.update(selected=len(selected), k=k, token_budget=token_budget)
         with rec.stage("bundle") as d:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rag.types import Candidate, Dropped, Intent
 
@@ -44,12 +44,16 @@ def apply_budget(
     k: int,
     token_budget: int,
     min_score: float | None = None,
+    links: Mapping[str, str] | None = None,
 ) -> tuple[list[Candidate], list[Dropped]]:
     """Choose at most ``k`` passages and ``token_budget`` tokens from ``ranked`` (best first).
 
     First each intent gets its best candidate (one clearing ``min_score`` when there is one), so eight good
     passages cannot all answer the first half of a compound question; then the rest fill by rank. A
     candidate that does not fit the remaining tokens is skipped, and a smaller one further down may still fit.
+    ``links`` maps a multi-hop passage to the passage that led to it: when the leading passage is selected and
+    its link is not, the link takes the place of the weakest selected passage outside any chain (a chain's
+    two links beat two near-copies of the first).
     Returns the selection in rank order and a Dropped record for everything else.
     """
     if k < 0 or token_budget < 0:
@@ -85,4 +89,32 @@ def apply_budget(
             tokens += cand.chunk.n_tokens
             continue
         dropped.append(Dropped(cand.chunk_id, reason, STAGE))
+    if links:
+        taken, dropped = _keep_chains(ranked, taken, dropped, links, token_budget)
     return [ranked[i] for i in sorted(taken)], dropped
+
+
+def _keep_chains(
+    ranked: Sequence[Candidate],
+    taken: set[int],
+    dropped: list[Dropped],
+    links: Mapping[str, str],
+    token_budget: int,
+) -> tuple[set[int], list[Dropped]]:
+    index = {c.chunk_id: i for i, c in enumerate(ranked)}
+    taken = set(taken)
+    in_chain = set(links) | set(links.values())
+    for child, parent in links.items():
+        ci, pi = index.get(child), index.get(parent)
+        if ci is None or pi is None or pi not in taken or ci in taken:
+            continue
+        tokens = sum(ranked[i].chunk.n_tokens for i in taken)
+        victims = sorted((i for i in taken if ranked[i].chunk_id not in in_chain), reverse=True)
+        for victim in victims:
+            if tokens - ranked[victim].chunk.n_tokens + ranked[ci].chunk.n_tokens <= token_budget:
+                taken.discard(victim)
+                taken.add(ci)
+                dropped = [d for d in dropped if d.chunk_id != child]
+                dropped.append(Dropped(ranked[victim].chunk_id, f"replaced_by_chain_link:{child}", STAGE))
+                break
+    return taken, dropped

@@ -225,17 +225,15 @@ def link_chains(
     ``found`` pairs each follow-up with its candidates reranked against its query (best first).
     - The best passage is already among the first ``k``: it is linked in place when it is about the term
       (the chain exists; bundling will keep the two together).
-    - Otherwise it is linked, and moved right behind its parent, only when it is about the term too and its
-      hop score beats the ``k``-th passage's score (what it displaces), its own score for the plain question,
-      and ``min_ratio`` of the best first-hop score: a passage that merely mentions a side term ("American",
-      "a retrospective template") does not push out evidence.
+    - Otherwise it is linked, and moved right behind its parent (pushing the weakest passage out of the
+      budget), only when it is about the term too, and its hop score reaches ``min_ratio`` of its parent's
+      score and beats its own score for the plain question: a passage that merely mentions a side term
+      ("American", "a retrospective template") or answers the follow-up weakly does not push out evidence.
     At most ``max_links`` links per parent; every other candidate keeps its order.
     """
     if not ranked:
         return [], []
     top_ids = {c.chunk_id for c in ranked[:k]}
-    floor = _score(ranked[k - 1]) if len(ranked) >= k and k > 0 else float("-inf")
-    floor = max(floor, min_ratio * _score(ranked[0]))
     own = {c.chunk_id: _score(c) for c in ranked}
     proposals: list[tuple[float, Link]] = []
     for follow_up, candidates in found:
@@ -247,7 +245,8 @@ def link_chains(
                 proposals.append((_score(best), Link(follow_up.parent_id, best, follow_up.term, moved=False)))
             continue
         score = _score(best)
-        if score > floor and score > own.get(best.chunk_id, float("-inf")) and is_about(follow_up.term, best):
+        floor = min_ratio * own.get(follow_up.parent_id, float("inf"))
+        if score >= floor and score > own.get(best.chunk_id, float("-inf")) and is_about(follow_up.term, best):
             proposals.append((score, Link(follow_up.parent_id, best, follow_up.term, moved=True)))
     links: list[Link] = []
     per_parent: dict[str, int] = {}
