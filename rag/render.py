@@ -40,5 +40,20 @@ def print_result(trace: dict[str, Any], console: Console | None = None) -> None:
         out.print(f"[red]Generation error:[/] {trace['error']}")
     if trace["evidence"]:
         out.print(evidence_table(trace))
+    for line in hop_lines(trace):
+        out.print(f"[dim]{line}[/]", highlight=False)
     timings = ", ".join(f"{k} {v:.0f}ms" for k, v in trace["timings_ms"].items())
     out.print(f"[dim]trace {trace['trace_id']} | reranker {trace['reranker']} | {timings}[/]")
+
+
+def hop_lines(trace: dict[str, Any]) -> list[str]:
+    """One line per follow-up hop: the terms it followed, what it linked, why it stopped."""
+    titles = {c["chunk_id"]: c.get("title") or c["chunk_id"] for c in [*trace.get("candidates", []), *trace["evidence"]]}
+    lines = []
+    for hop in trace.get("hops") or []:
+        terms = ", ".join(repr(q["term"]) for q in hop.get("queries", [])) or "none"
+        linked = "; ".join(
+            f"{titles.get(lk['chunk_id'], lk['chunk_id'])} (via {lk['term']!r})" for lk in hop.get("linked", [])
+        )
+        lines.append(f"hop {hop['hop']}: followed {terms}; linked {linked or 'nothing'}; {hop.get('stopped') or ''}")
+    return lines

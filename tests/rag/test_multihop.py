@@ -60,3 +60,11 @@ def test_the_second_hop_finds_the_bridged_passage_and_bundles_the_chain(pipeline
     linked = r["hops"][0]["linked"]
     assert [(lk["term"], lk["moved"]) for lk in linked] == [("Shirley Temple", True)]
     assert any(d["reason"].startswith("replaced_by_chain_link:") for d in r["dropped"])
+
+
+def test_the_terminal_view_says_what_each_hop_followed(pipeline: Pipeline) -> None:
+    from rag.render import hop_lines
+
+    lines = hop_lines(ask(pipeline, 1))
+    assert len(lines) == 1 and "'Shirley Temple'" in lines[0] and "linked Shirley Temple" in lines[0]
+    assert hop_lines(ask(pipeline, 0)) == []
