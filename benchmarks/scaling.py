@@ -17,6 +17,12 @@ sentence the cache lacks gets a perturbed copy of a real sentence vector. Ingest
 embedding model loaded, and finds every vector in its cache: the build figures are ingestion without the
 embedding forward passes (those cost ~13 chunks/s here; see ``rag bench ingest``).
 
+Embedded Qdrant commits every point on its own (10-20 ms of disk wait each here), so a cold ingestion of 100k
+chunks takes over 30 minutes: ``build`` ingests the corpus one file at a time, each adding at most ``--step``
+chunks (the app's incremental path: unchanged files are skipped, the previous generation's store is copied and
+only new points are written), and stops before a step that would overrun ``--budget-min``; run the same
+command again to resume. ``--step 0`` is one cold ingestion of everything.
+
 Each build and each query measurement runs in a fresh child process, so peak RSS (``ru_maxrss``) is that
 process's own. Query texts are SciFact claims, each asked once per process (the pipeline caches query vectors
 by text); the generator is excluded from end to end as in ``benchmarks/query.py``. Throughput: ``--clients``
@@ -56,6 +62,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 DEFAULT_WORK = Path("/tmp/rag-bench-scaling")
 SYNTHETIC_MAX_TOKENS = 150  # under chunk_target_tokens: every synthetic document is exactly one chunk
+STEP_CHUNKS = 50_000  # chunks one ingestion adds (embedded Qdrant commits each point: ~10-20 ms each here)
+BUDGET_S = 25 * 60  # a build command stops before a step that would end after this (run it again to resume)
 NOISE = 0.2  # norm of the noise added to a synthetic vector: cosine ~0.98 to the vector it perturbs
 
 
@@ -87,9 +95,10 @@ def _base_generation(base: Path) -> tuple[Any, list[Any]]:
     return Manifest.load(folder), load_chunks(folder)[0]
 
 
-def plan_corpus(base: Path, n_chunks: int, out: Path, *, seed: int = 0) -> dict[str, Any]:
-    """Write ``out/real.jsonl`` (base documents in source order until ``n_chunks``) and ``out/synthetic.jsonl``
-    (one-chunk documents recombined from real sentences, for the chunks the base lacks)."""
+def plan_corpus(base: Path, n_chunks: int, out: Path, *, step: int = 0, seed: int = 0) -> dict[str, Any]:
+    """Write ``out/real.jsonl`` (base documents in source order until ``n_chunks``) and ``out/synthetic-NNN.jsonl``
+    (one-chunk documents recombined from real sentences, for the chunks the base lacks). With ``step`` > 0 the
+    synthetic files are cut so that ingesting one more file at a time adds at most ``step`` chunks."""
     from rag.sentences import sentence_units
     from rag.text import count_tokens
 
@@ -108,34 +117,46 @@ def plan_corpus(base: Path, n_chunks: int, out: Path, *, seed: int = 0) -> dict[
                     dst.write(line if line.endswith("\n") else line + "\n")
                     real += 1
                     total += len(entry["chunk_ids"])
+    files = {"real.jsonl": total}
+    synthetic = max(0, n_chunks - total)
+    plan = {"real_documents": real, "real_chunks": total, "synthetic_documents": synthetic, "files": files}
+    if not synthetic:
+        return plan
     rng = random.Random(seed)
     titles = sorted({c.title for c in chunks if c.title})
     sentences = sorted({u for c in chunks for u in sentence_units(c.text) if len(u.split()) >= 5})
-    size = {s: count_tokens(s) for s in sentences} if total < n_chunks else {}
-    sentences = [s for s in sentences if size.get(s, 0) <= SYNTHETIC_MAX_TOKENS // 2]
-    synthetic = max(0, n_chunks - total)
-    if not synthetic:
-        return {"real_documents": real, "real_chunks": total, "synthetic_documents": 0}
-    with open(out / "synthetic.jsonl", "w", encoding="utf-8") as dst:
-        for i in range(synthetic):
-            picked, used = [], 0
-            for _ in range(rng.randint(2, 4)):
-                s = rng.choice(sentences)
-                if s in picked:
-                    continue
-                if used + size[s] > SYNTHETIC_MAX_TOKENS:
-                    break
-                picked.append(s)
-                used += size[s]
-            record = {"_id": f"synthetic-{i:06d}", "title": rng.choice(titles), "text": " ".join(picked)}
-            dst.write(json.dumps(record) + "\n")
-    return {"real_documents": real, "real_chunks": total, "synthetic_documents": synthetic}
+    size = {s: count_tokens(s) for s in sentences}
+    sentences = [s for s in sentences if size[s] <= SYNTHETIC_MAX_TOKENS // 2]
+    room = (step - total) if step > 0 else synthetic  # what the first file may add beside the real chunks
+    room = room if room > 0 else step
+    i = 0
+    while i < synthetic:
+        name = f"synthetic-{len(files) - 1:03d}.jsonl"
+        count = min(room, synthetic - i)
+        with open(out / name, "w", encoding="utf-8") as dst:
+            for j in range(i, i + count):
+                picked: list[str] = []
+                used = 0
+                for _ in range(rng.randint(2, 4)):
+                    s = rng.choice(sentences)
+                    if s in picked:
+                        continue
+                    if used + size[s] > SYNTHETIC_MAX_TOKENS:
+                        break
+                    picked.append(s)
+                    used += size[s]
+                record = {"_id": f"synthetic-{j:06d}", "title": rng.choice(titles), "text": " ".join(picked)}
+                dst.write(json.dumps(record) + "\n")
+        files[name] = count
+        i += count
+        room = step if step > 0 else synthetic
+    return plan
 
 
-def seed_vectors(base: Path, data_dir: Path, synthetic: Path, *, seed: int = 0) -> dict[str, Any]:
+def seed_vectors(base: Path, data_dir: Path, corpus: Path, *, seed: int = 0) -> dict[str, Any]:
     """Give ``data_dir`` the base's embedding cache plus cheap vectors for every synthetic chunk and sentence.
 
-    Keys are what ingestion will look up: the synthetic file is read and chunked by ingestion's own code.
+    Keys are what ingestion will look up: the synthetic files are read and chunked by ingestion's own code.
     """
     from ingest.chunking import chunk_document
     from ingest.indexer import EmbeddingCache
@@ -152,7 +173,7 @@ def seed_vectors(base: Path, data_dir: Path, synthetic: Path, *, seed: int = 0) 
         dst.close()
         src.close()
     settings = _settings(data_dir)
-    docs = load_file(synthetic, settings) if synthetic.exists() else []
+    docs = [d for path in sorted(corpus.glob("synthetic-*.jsonl")) for d in load_file(path, settings)]
     chunks = [c for d in docs for c in chunk_document(d, settings)]
     if not chunks:
         return {"synthetic_chunks": 0, "vectors_added": 0}
@@ -195,12 +216,12 @@ def seed_vectors(base: Path, data_dir: Path, synthetic: Path, *, seed: int = 0) 
     return {"synthetic_chunks": len(chunks), "vectors_added": len(items), "sentences_without_real_vector": missing_units}
 
 
-def measure_ingest(corpus: Path, data_dir: Path) -> dict[str, Any]:
-    """Run the app's ingestion over ``corpus`` in this process; its time, what it embedded, and peak RSS."""
+def measure_ingest(paths: Sequence[str], data_dir: Path) -> dict[str, Any]:
+    """Run the app's ingestion over ``paths`` in this process; its time, what it embedded, and peak RSS."""
     from ingest.indexer import ingest
 
     started = time.perf_counter()
-    report = ingest([str(corpus)], _settings(data_dir))
+    report = ingest(list(paths), _settings(data_dir))
     if not report.ok:
         raise SystemExit(f"ingestion failed: {json.dumps(report.to_json()['files'])[:2000]}")
     return {
@@ -212,24 +233,62 @@ def measure_ingest(corpus: Path, data_dir: Path) -> dict[str, Any]:
     }
 
 
-def build(base: Path, size: int, work: Path, *, child: bool = True) -> dict[str, Any]:
-    """The index of ``size`` chunks under ``work/<size>`` (reused when already built)."""
+def build(
+    base: Path, size: int, work: Path, *, step: int = STEP_CHUNKS, deadline: float | None = None, child: bool = True
+) -> dict[str, Any]:
+    """The index of ``size`` chunks under ``work/<size>``, reused when built and resumed when a step is left.
+
+    One ingestion per corpus file, each adding at most ``step`` chunks to the index (``step`` 0: one ingestion
+    of everything). A step whose estimated time (the last step's seconds per chunk) would end after
+    ``deadline`` (``time.monotonic()``) is left for the next run: the result then has ``"incomplete": True``.
+    """
     folder = work / str(size)
     data_dir = folder / "data"
     corpus = folder / "corpus"
     done = folder / "build.json"
+    progress_file = folder / "progress.json"
     if done.exists():
-        return json.loads(done.read_text())
-    shutil.rmtree(folder, ignore_errors=True)
-    t = time.perf_counter()
-    plan = plan_corpus(base, size, corpus)
-    seeded = seed_vectors(base, data_dir, corpus / "synthetic.jsonl")
-    prep_s = round(time.perf_counter() - t, 1)
-    if child:
-        ingestion = _child("ingest", corpus=str(corpus), data_dir=str(data_dir))
+        return dict(json.loads(done.read_text()))
+    if progress_file.exists():
+        progress = json.loads(progress_file.read_text())
     else:
-        ingestion = measure_ingest(corpus, data_dir)
-    result = {"size": size, **plan, **seeded, "prep_s": prep_s, "ingest": ingestion}
+        shutil.rmtree(folder, ignore_errors=True)
+        t = time.perf_counter()
+        plan = plan_corpus(base, size, corpus, step=step)
+        seeded = seed_vectors(base, data_dir, corpus)
+        progress = {"size": size, **plan, **seeded, "prep_s": round(time.perf_counter() - t, 1), "step": step,
+                    "steps": []}
+        progress_file.write_text(json.dumps(progress, indent=1))
+    names = list(progress["files"])  # real.jsonl, then synthetic-000.jsonl ...: the first step takes both
+    groups = [names[:2], *([n] for n in names[2:])]
+    while len(progress["steps"]) < len(groups):
+        k = len(progress["steps"])
+        if progress["steps"] and deadline is not None:
+            last = progress["steps"][-1]
+            adding = sum(progress["files"][n] for n in groups[k])
+            estimate = last["seconds"] / max(1, last["added_chunks"]) * adding
+            if time.monotonic() + estimate > deadline:
+                return {**progress, "incomplete": True, "next_step_estimate_s": round(estimate)}
+        paths = [str(corpus / n) for g in groups[: k + 1] for n in g]
+        if child:
+            step_result = _child("ingest", paths=paths, data_dir=str(data_dir))
+        else:
+            step_result = measure_ingest(paths, data_dir)
+        before = progress["steps"][-1]["chunks"] if progress["steps"] else 0
+        progress["steps"].append({**step_result, "added_chunks": step_result["chunks"] - before})
+        progress_file.write_text(json.dumps(progress, indent=1))
+    steps = progress["steps"]
+    result = {
+        **progress,
+        "ingest": {
+            "chunks": steps[-1]["chunks"],
+            "steps": len(steps),
+            "seconds": round(sum(x["seconds"] for x in steps), 2),
+            "embedded": sum(x["embedded"] for x in steps),
+            "peak_rss_mb": max(x["peak_rss_mb"] for x in steps),
+            "timings_s": steps[0]["timings_s"] if len(steps) == 1 else [x["timings_s"] for x in steps],
+        },
+    }
     done.write_text(json.dumps(result, indent=1))
     return result
 
@@ -417,7 +476,7 @@ def _child(task: str, **kwargs: Any) -> dict[str, Any]:
 
 def _run_child(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     if task == "ingest":
-        return measure_ingest(Path(kwargs["corpus"]), Path(kwargs["data_dir"]))
+        return measure_ingest(kwargs["paths"], Path(kwargs["data_dir"]))
     if task == "query":
         return measure_query(
             Path(kwargs["data_dir"]),
@@ -483,14 +542,15 @@ def report(work: Path) -> str:
                 lines.append(f"| {s:,} | {q['sequential_qps']} | {c['qps']} | {c['end_to_end_ms_without_generator']['p50']} "
                              f"| {q['open_s']} | {q['rss_mb']['after_open']} | {q['rss_mb']['peak']} |")
     if builds:
-        lines += ["", "| chunks | real / synthetic documents | ingestion s (no embedding) | embedded | ingestion peak RSS MB | stage seconds |",
-                  "|---:|---|---:|---:|---:|---|"]
+        lines += ["", "| chunks | real / synthetic documents | ingestions | ingestion s (no embedding) | embedded "
+                  "| ingestion peak RSS MB | stage seconds |", "|---:|---|---:|---:|---:|---:|---|"]
         for s in sizes:
             b = builds.get(str(s))
             if b:
                 i = b["ingest"]
-                lines.append(f"| {i['chunks']:,} | {b['real_documents']:,} / {b['synthetic_documents']:,} | {i['seconds']} "
-                             f"| {i['embedded']} | {i['peak_rss_mb']} | {i['timings_s']} |")
+                lines.append(f"| {i['chunks']:,} | {b['real_documents']:,} / {b['synthetic_documents']:,} "
+                             f"| {i.get('steps', 1)} | {i['seconds']} | {i['embedded']} | {i['peak_rss_mb']} "
+                             f"| {i['timings_s']} |")
     for f in data.get("floor", {}).values():
         lines += ["", f"Floor at {f['chunks']:,} chunks ({f['queries']} questions, {f['repeats']} repeats): "
                   f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
@@ -506,6 +566,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="Build (or reuse) the index of each size; ingestion time and peak RSS.")
     p_build.add_argument("--base", type=Path, required=True, help="Data directory with SciFact ingested.")
+    p_build.add_argument("--step", type=int, default=STEP_CHUNKS,
+                         help="Chunks one ingestion adds (0: the whole index in one cold ingestion).")
+    p_build.add_argument("--budget-min", type=float, default=BUDGET_S / 60,
+                         help="Stop before a step that would end later than this (0: no limit); rerun to resume.")
     p_query = sub.add_parser("query", help="Per-stage latency, throughput and query-process RSS at each size.")
     p_query.add_argument("--queries", type=int, default=40, help="Sequential questions per size.")
     p_query.add_argument("--concurrent-queries", type=int, default=40)
@@ -530,8 +594,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
     if args.command == "build":
+        deadline = time.monotonic() + args.budget_min * 60 if args.budget_min > 0 else None
         for size in args.sizes:
-            result = build(args.base, size, args.work)
+            result = build(args.base, size, args.work, step=args.step, deadline=deadline)
+            if result.get("incomplete"):
+                print(f"{size:,} chunks: {len(result['steps'])} of {max(1, len(result['files']) - 1)} ingestions done; "
+                      f"the next (~{result['next_step_estimate_s']} s) would overrun --budget-min: run the same "
+                      "command again to continue.", flush=True)
+                return
             _save(args.work, "build", str(size), result)
             print(json.dumps(result), flush=True)
     elif args.command == "query":

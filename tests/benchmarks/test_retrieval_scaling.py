@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -112,9 +113,13 @@ def test_retrieval_limit_keeps_the_first_judged_queries(beir: Path) -> None:
 
 def test_scaling_benchmark_builds_queries_and_reports(beir_index: Path, tmp_path: Path) -> None:
     work = tmp_path / "scale"
-    built = scaling.build(beir_index, 7, work, child=False)
+    # 4 real chunks + 3 synthetic, at most 5 chunks per ingestion: two ingestions; a deadline already passed
+    # stops the build after the first, and the next call resumes it
+    first = scaling.build(beir_index, 7, work, step=5, deadline=time.monotonic(), child=False)
+    assert first["incomplete"] and [s["chunks"] for s in first["steps"]] == [5]
+    built = scaling.build(beir_index, 7, work, step=5, child=False)
     assert built["real_documents"] == 4 and built["synthetic_documents"] == 3
-    assert built["ingest"]["chunks"] == 7
+    assert built["ingest"]["chunks"] == 7 and built["ingest"]["steps"] == 2
     assert built["ingest"]["embedded"] == 0  # every vector came from the seeded cache
     assert built["ingest"]["peak_rss_mb"] > 0
     scaling._save(work, "build", "7", built)
