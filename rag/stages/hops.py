@@ -10,11 +10,12 @@ Pure functions; the runner (rag/pipeline.py) does the searching and reranking be
    identifiers, defined terms) that the question does not already name, each turned into a follow-up query:
    the term plus the words of the question its passage did not answer (the bridging text and what is still
    asked). The runner retrieves with it and reranks what it finds against it: one embedding per follow-up.
-2. ``link_chains``: a hop candidate joins the evidence only when it is about the bridge term and beats what
-   it would displace; it then sits right after the passage that named it, so the budget keeps both links and
-   bundling keeps them adjacent, in chain order. A follow-up that finds a passage already in the evidence
-   links the two in place.
+2. ``link_chains``: a hop candidate joins the evidence only when it is about the bridge term and scores at
+   least half what the passage that named it scored; it then sits right after that passage, the budget
+   keeps both links (rag/stages/budget.py) and bundling keeps them adjacent, in chain order. A follow-up
+   that finds a passage already in the evidence links the two in place.
 3. ``comparison_chains``: passages about subjects the question compares ("X or Y") travel together.
+4. ``evidence_chains``: a selected passage naming a term another selected passage is about ("Form EXP-7").
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ def bridge_terms(question: str, text: str, title: str = "", limit: int = 2, head
 
     A term qualifies when it carries at least one content word that is neither in the question nor in the
     passage's own title or heading (the passage already is about those), and is not part of a term already
-    taken ("EXP-7" after "Form EXP-7"). Sentences are tried in order of how many
-    question words they share, so the term comes from where the passage meets the question.
+    taken ("EXP-7" after "Form EXP-7"). Sentences are tried in order of how many question words they share,
+    so the term comes from where the passage meets the question.
     """
     q_tokens = _token_set(question)
     own = q_tokens | _token_set(title) | _token_set(heading)
