@@ -160,7 +160,8 @@ def run(
             "hybrid": first_occurrences(c.chunk.doc_id for c in fused),
         }
         reranked = [c.chunk.doc_id for c in result.candidates]
-        fused_only = [c.chunk.doc_id for c in sorted(result.candidates, key=lambda c: c.fused_rank or 1 << 30)]
+        first_hop = [c for c in result.candidates if c.hop == 0]  # follow-up hits carry their own fused ranks
+        fused_only = [c.chunk.doc_id for c in sorted(first_hop, key=lambda c: c.fused_rank or 1 << 30)]
         rankings["pipeline"] = first_occurrences([*reranked, *rankings["hybrid"]])
         rankings["pipeline_without_reranker"] = first_occurrences([*fused_only, *rankings["hybrid"]])
         for name, ranked in rankings.items():

@@ -17,11 +17,12 @@ sentence the cache lacks gets a perturbed copy of a real sentence vector. Ingest
 embedding model loaded, and finds every vector in its cache: the build figures are ingestion without the
 embedding forward passes (those cost ~13 chunks/s here; see ``rag bench ingest``).
 
-Embedded Qdrant commits every point on its own (10-20 ms of disk wait each here), so a cold ingestion of 100k
-chunks takes over 30 minutes: ``build`` ingests the corpus one file at a time, each adding at most ``--step``
-chunks (the app's incremental path: unchanged files are skipped, the previous generation's store is copied and
-only new points are written), and stops before a step that would overrun ``--budget-min``; run the same
-command again to resume. ``--step 0`` is one cold ingestion of everything.
+Each size is one cold ingestion of its whole corpus. Embedded Qdrant commits every point on its own (10-20 ms of
+disk wait each here): the 100k build takes ~25 minutes, so ``build`` checks ``--budget-min`` before each size
+(estimated from the last size it built) and stops rather than overrun; run the same command again and built
+sizes are reused. On a slower disk, ``--step N`` builds an index in ingestions of at most N chunks each (the
+app's incremental path: unchanged files skipped, the previous generation's store copied, only new points
+written), resumable the same way; its peak RSS is then that of the largest step, not of a cold ingestion.
 
 Each build and each query measurement runs in a fresh child process, so peak RSS (``ru_maxrss``) is that
 process's own. Query texts are SciFact claims, each asked once per process (the pipeline caches query vectors
@@ -62,8 +63,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 DEFAULT_WORK = Path("/tmp/rag-bench-scaling")
 SYNTHETIC_MAX_TOKENS = 150  # under chunk_target_tokens: every synthetic document is exactly one chunk
-STEP_CHUNKS = 50_000  # chunks one ingestion adds (embedded Qdrant commits each point: ~10-20 ms each here)
-BUDGET_S = 25 * 60  # a build command stops before a step that would end after this (run it again to resume)
+STEP_CHUNKS = 0  # chunks one ingestion adds; 0 = one cold ingestion per index (see build)
+BUDGET_S = 25 * 60  # a build command stops before a size or step that would end after this (rerun to resume)
 NOISE = 0.2  # norm of the noise added to a synthetic vector: cosine ~0.98 to the vector it perturbs
 
 
@@ -353,10 +354,16 @@ def measure_query(
     conc = questions[1 + n_sequential : 1 + n_sequential + n_concurrent]
     lock = threading.Lock()
     conc_e2e: list[float] = []
+    errors: list[str] = []
 
     def client(k: int) -> None:
         for q in conc[k::clients]:
-            r = pipeline.ask(Question(q, principal), options)
+            try:
+                r = pipeline.ask(Question(q, principal), options)
+            except Exception as exc:  # counted and reported: a shared pipeline must not fail under threads
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                continue
             with lock:
                 conc_e2e.append(_e2e(r))
 
@@ -380,8 +387,11 @@ def measure_query(
         "concurrent": {
             "clients": clients,
             "queries": len(conc),
-            "qps": round(len(conc) / concurrent_s, 2),
-            "end_to_end_ms_without_generator": percentiles(conc_e2e),
+            "answered": len(conc_e2e),
+            "errors": len(errors),
+            "error_examples": sorted(set(errors))[:3],
+            "qps": round(len(conc_e2e) / concurrent_s, 2),
+            "end_to_end_ms_without_generator": percentiles(conc_e2e) if conc_e2e else {},
         },
         "rss_mb": {"start": round(rss_start, 1), "after_open": round(rss_open, 1), "peak": round(_peak_rss_mb(), 1)},
         "torch_threads": _torch_threads(),
@@ -394,50 +404,99 @@ def _torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
+class _Timed:
+    """Delegates to ``inner``, adding the wall time and number of calls of the named methods (not thread-safe)."""
+
+    def __init__(self, inner: Any, methods: Sequence[str]) -> None:
+        self._inner = inner
+        self._methods = frozenset(methods)
+        self.ms = 0.0
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self._methods:
+            return attr
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.ms += (time.perf_counter() - t) * 1000
+                self.calls += 1
+
+        return timed
+
+
 def measure_floor(
     data_dir: Path, questions: Sequence[str], *, repeats: int, cross_encoder: Path | None, ce_queries: int = 3
 ) -> dict[str, Any]:
     """End to end vs the model work it cannot avoid, on the same questions: the query-embedding forward and the
-    reranker scoring the pipeline's own candidates, each repeated in a tight loop (p50 per question)."""
+    reranker scoring the pipeline's own first-retrieval candidates, each repeated in a tight loop (p50 per
+    question). Also the model time inside each request: every embedder and reranker call ``ask`` made."""
     from rag.pipeline import Pipeline, PipelineOptions, Question
     from rag.types import Principal
 
     pipeline = Pipeline(_settings(data_dir))
+    embedder, reranker = pipeline.embedder, pipeline.reranker
+    timed_embedder = _Timed(embedder, ("embed_queries", "embed_passages"))
+    timed_reranker = _Timed(reranker, ("rerank",))
+    pipeline.embedder, pipeline.reranker = timed_embedder, timed_reranker  # type: ignore[assignment]
     principal = Principal("bench", frozenset())
     options = PipelineOptions(use_llm=False)
     pipeline.ask(Question(questions[0], principal), options)
     rows = []
     cands_of: dict[str, list[Any]] = {}
     for q in questions[1:]:
+        for timed in (timed_embedder, timed_reranker):
+            timed.ms, timed.calls = 0.0, 0
         result = pipeline.ask(Question(q, principal), options)
-        cands_of[q] = list(result.candidates)
+        inside = {"embed_ms": timed_embedder.ms, "embed_calls": timed_embedder.calls,
+                  "rerank_ms": timed_reranker.ms, "rerank_calls": timed_reranker.calls}
+        cands = [c for c in result.candidates if c.hop == 0]  # what the rerank stage scored (hops add more)
+        cands_of[q] = cands
         embed, rerank = [], []
         for _ in range(repeats):
             t = time.perf_counter()
-            pipeline.embedder.embed_queries([q])
+            embedder.embed_queries([q])
             embed.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            pipeline.reranker.rerank(q, result.candidates)
+            reranker.rerank(q, cands)
             rerank.append((time.perf_counter() - t) * 1000)
         rows.append({
             "e2e": _e2e(result),
             "embed": statistics.median(embed),
             "rerank": statistics.median(rerank),
-            "candidates": len(result.candidates),
+            "candidates": len(cands),
+            **inside,
         })
     e2e = statistics.median(r["e2e"] for r in rows)
     floor = statistics.median(r["embed"] + r["rerank"] for r in rows)
+    model_inside = statistics.median(r["embed_ms"] + r["rerank_ms"] for r in rows)
+
+    def p50(key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 2)
+
     out: dict[str, Any] = {
         "chunks": len(pipeline.reader.generation.chunks),
         "queries": len(rows),
         "repeats": repeats,
-        "reranker": pipeline.reranker.name,
+        "reranker": reranker.name,
         "candidates_mean": round(statistics.fmean(r["candidates"] for r in rows), 1),
-        "query_embedding_ms_p50": round(statistics.median(r["embed"] for r in rows), 2),
-        "rerank_ms_p50": round(statistics.median(r["rerank"] for r in rows), 2),
+        "query_embedding_ms_p50": p50("embed"),
+        "rerank_ms_p50": p50("rerank"),
         "floor_ms_p50": round(floor, 2),
         "end_to_end_ms_p50": round(e2e, 2),
         "ratio": round(e2e / floor, 2) if floor else None,
+        "inside_request": {
+            "embedder_calls_p50": p50("embed_calls"),
+            "embedder_ms_p50": p50("embed_ms"),
+            "reranker_calls_p50": p50("rerank_calls"),
+            "reranker_ms_p50": p50("rerank_ms"),
+            "model_ms_p50": round(model_inside, 2),
+            "ratio_end_to_end_to_model": round(e2e / model_inside, 2) if model_inside else None,
+        },
         "torch_threads": _torch_threads(),
     }
     if cross_encoder is not None:
@@ -533,13 +592,16 @@ def report(work: Path) -> str:
                      else q["legs_ms"].get(name.split()[0]) if name.endswith("alone") else q["stages_ms"].get(name))
                 cells.append(f"{p['p50']} / {p['p95']}" if p else "")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines += ["", "| chunks | queries/s, 1 client | queries/s, 4 clients | e2e p50 ms under 4 clients | "
-                  "pipeline open s | query RSS after open MB | query peak RSS MB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "| chunks | queries/s, 1 client | queries/s, N clients | failed asks | e2e p50 ms under N clients "
+                  "| pipeline open s | query RSS after open MB | query peak RSS MB |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in sizes:
             q = queries.get(str(s))
             if q:
                 c = q["concurrent"]
-                lines.append(f"| {s:,} | {q['sequential_qps']} | {c['qps']} | {c['end_to_end_ms_without_generator']['p50']} "
+                lines.append(f"| {s:,} | {q['sequential_qps']} | {c['qps']} ({c['clients']}) "
+                             f"| {c.get('errors', 0)} of {c['queries']} "
+                             f"| {c['end_to_end_ms_without_generator'].get('p50', '')} "
                              f"| {q['open_s']} | {q['rss_mb']['after_open']} | {q['rss_mb']['peak']} |")
     if builds:
         lines += ["", "| chunks | real / synthetic documents | ingestions | ingestion s (no embedding) | embedded "
@@ -556,6 +618,11 @@ def report(work: Path) -> str:
                   f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
                   f"candidates {f['rerank_ms_p50']} ms = {f['floor_ms_p50']} ms; end to end {f['end_to_end_ms_p50']} ms; "
                   f"ratio {f['ratio']}x"]
+        i = f.get("inside_request")
+        if i:
+            lines.append(f"Inside each request (p50): {i['embedder_calls_p50']} embedder calls {i['embedder_ms_p50']} ms, "
+                         f"{i['reranker_calls_p50']} reranker calls {i['reranker_ms_p50']} ms; end to end / model time "
+                         f"{i['ratio_end_to_end_to_model']}x")
         if "cross_encoder_minilm_40_pairs_ms_p50" in f:
             lines.append(f"MiniLM-L6 cross-encoder, 40 pairs: {f['cross_encoder_minilm_40_pairs_ms_p50']} ms")
     return "\n".join(lines)
@@ -567,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p_build = sub.add_parser("build", help="Build (or reuse) the index of each size; ingestion time and peak RSS.")
     p_build.add_argument("--base", type=Path, required=True, help="Data directory with SciFact ingested.")
     p_build.add_argument("--step", type=int, default=STEP_CHUNKS,
-                         help="Chunks one ingestion adds (0: the whole index in one cold ingestion).")
+                         help="Build in ingestions of at most this many chunks each (default 0: one cold ingestion).")
     p_build.add_argument("--budget-min", type=float, default=BUDGET_S / 60,
                          help="Stop before a step that would end later than this (0: no limit); rerun to resume.")
     p_query = sub.add_parser("query", help="Per-stage latency, throughput and query-process RSS at each size.")
@@ -595,8 +662,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     if args.command == "build":
         deadline = time.monotonic() + args.budget_min * 60 if args.budget_min > 0 else None
+        rate = None  # seconds per chunk of the last size built by this command
         for size in args.sizes:
+            fresh = not (args.work / str(size) / "build.json").exists()
+            if fresh and rate and deadline is not None and time.monotonic() + rate * size > deadline:
+                print(f"{size:,} chunks: building would take ~{rate * size / 60:.0f} min, past --budget-min: "
+                      "run the same command again (built sizes are reused).", flush=True)
+                return
+            t = time.monotonic()
             result = build(args.base, size, args.work, step=args.step, deadline=deadline)
+            if fresh:
+                rate = (time.monotonic() - t) / size
             if result.get("incomplete"):
                 print(f"{size:,} chunks: {len(result['steps'])} of {max(1, len(result['files']) - 1)} ingestions done; "
                       f"the next (~{result['next_step_estimate_s']} s) would overrun --budget-min: run the same "
