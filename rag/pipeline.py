@@ -396,20 +396,25 @@ class Pipeline:
         """How well a passage supports a claim: the mean of lexical coverage and the best cosine between the
         claim and one of the passage's sentences (vectors from the index; claims embedded once each)."""
         vectors: dict[str, np.ndarray] = {}
+        # An extractive claim is an evidence sentence: its vector is already in the index.
+        claims: dict[str, np.ndarray] = {}
         for e in evidence:
             v = self.reader.sentence_vectors(e.candidate.chunk_id)
             if v is not None and len(v):
                 vectors[e.candidate.chunk.text] = v
-        claims: dict[str, np.ndarray] = {}
+                units = sentence_units(e.candidate.chunk.text)
+                if len(units) == len(v):
+                    claims.update((" ".join(u.split()), vec) for u, vec in zip(units, v, strict=True))
 
         def support(claim: str, passage: str) -> float:
             lexical = lexical_support(claim, passage)
             units = vectors.get(passage)
             if units is None:
                 return lexical
-            if claim not in claims:
-                claims[claim] = self.query_vector(claim)
-            return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[claim])))
+            key = " ".join(claim.split())
+            if key not in claims:
+                claims[key] = self.query_vector(claim)
+            return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[key])))
 
         return support
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ _WORD = re.compile(r"[0-9a-z]+")
 Shingles = frozenset[tuple[str, ...]]
 
 
+@functools.lru_cache(maxsize=50_000)  # a passage comes back query after query: its shingles are computed once
 def shingles(text: str, size: int = 3) -> Shingles:
     """Word n-grams of the normalised, lowercased text; a text shorter than ``size`` is one shingle."""
     words = _WORD.findall(normalize(text).lower())
