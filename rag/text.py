@@ -45,6 +45,11 @@ def _stem(word: str) -> str:
 
 def bm25_tokens(text: str) -> list[str]:
     """Lexical tokens: lowercase words, English stopwords removed, Snowball-stemmed."""
+    return list(_bm25_tokens(text))
+
+
+@lru_cache(maxsize=20_000)  # passages and sentences come back query after query; a fresh list each call
+def _bm25_tokens(text: str) -> tuple[str, ...]:
     words = _WORD.findall(normalize(text).lower())
     out = []
     for w in words:
@@ -52,7 +57,7 @@ def bm25_tokens(text: str) -> list[str]:
         if w in STOPWORDS or not w:
             continue
         out.append(_stem(w))
-    return out
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
