@@ -671,14 +671,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 return
             t = time.monotonic()
             result = build(args.base, size, args.work, step=args.step, deadline=deadline)
-            if fresh:
+            if fresh:  # a reused build keeps the figures (and the machine load) recorded when it was built
                 rate = (time.monotonic() - t) / size
             if result.get("incomplete"):
                 print(f"{size:,} chunks: {len(result['steps'])} of {max(1, len(result['files']) - 1)} ingestions done; "
                       f"the next (~{result['next_step_estimate_s']} s) would overrun --budget-min: run the same "
                       "command again to continue.", flush=True)
                 return
-            _save(args.work, "build", str(size), result)
+            if fresh:
+                _save(args.work, "build", str(size), result)
             print(json.dumps(result), flush=True)
     elif args.command == "query":
         for size in args.sizes:
