@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import lru_cache
 
@@ -21,7 +22,15 @@ STOPWORDS = frozenset(
 STOPWORDS = STOPWORDS - {"no", "not", "nor"}
 
 _WORD = re.compile(r"[0-9a-z]+(?:[.'][0-9a-z]+)*")
-_stemmer = snowballstemmer.stemmer("english")
+# snowballstemmer's stemmer keeps per-word state in the object: one per thread (Pipeline.ask runs in threads).
+_local = threading.local()
+
+
+def _stemmer() -> snowballstemmer.stemmer:
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 def normalize(text: str) -> str:
@@ -40,7 +49,7 @@ def collapse_ws(text: str) -> str:
 
 @lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
-    return _stemmer.stemWord(word)
+    return _stemmer().stemWord(word)
 
 
 def bm25_tokens(text: str) -> list[str]:
