@@ -127,15 +127,27 @@ def ask(
         print_result(result.to_json())
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+BENCHMARKS = "ingest | query | retrieval | scaling | rerankers | lexical_parity | trace_load | peer"
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False
+)
 def bench(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="ingest | query | rerankers | lexical_parity | trace_load")],
+    name: Annotated[str | None, typer.Argument(help=BENCHMARKS)] = None,
 ) -> None:
-    """Run a benchmark from benchmarks/ (extra options are passed through; --help shows each one's)."""
+    """Run a benchmark from benchmarks/ (extra options are passed through: `rag bench NAME --help` shows its own)."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
+    if name is None or name in ("-h", "--help"):
+        typer.echo(
+            f"Usage: rag bench NAME [OPTIONS]\n\nBenchmarks: {BENCHMARKS}\n"
+            "Options are the benchmark's own: `rag bench NAME --help`. `peer` runs from .venv-peer "
+            "(scripts/peer_venv.sh). Results and commands: docs/benchmarks.md."
+        )
+        raise typer.Exit(0 if name else 2)
     if not (root / "benchmarks" / f"{name}.py").exists():
         typer.echo(f"Error: no benchmark {name!r} in {root / 'benchmarks'}.", err=True)
         raise typer.Exit(2)

@@ -25,3 +25,16 @@ def test_query_benchmark_reports_every_stage(sample_data_dir: Path) -> None:
     assert result["queries"] == 1
     assert {"retrieve", "rerank", "pack", "generate"} <= set(result["stages_ms"])
     assert set(result["end_to_end_ms_without_generator"]) == {"p50", "p95"}
+
+
+def test_rag_bench_lists_benchmarks_and_passes_help_through() -> None:
+    from typer.testing import CliRunner
+
+    from rag.cli import BENCHMARKS, app
+
+    listing = CliRunner().invoke(app, ["bench", "--help"])
+    assert listing.exit_code == 0
+    for name in BENCHMARKS.split(" | "):
+        assert name in listing.output
+        assert (Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py").exists()
+    assert CliRunner().invoke(app, ["bench", "no_such_bench"]).exit_code == 2
