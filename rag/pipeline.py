@@ -284,7 +284,8 @@ class Pipeline:
         """Follow-up retrievals from the strongest passages (rag/stages/hops.py), at most ``max_hops`` rounds.
 
         Returns the ranking with linked passages placed behind the passages that named them, the chains
-        (linked chunk id -> the chunk id that led to it) and one trace record per hop.
+        ((linked chunk id, the chunk id that led to it, "chain"), moved or linked in place) and one trace
+        record per hop.
         """
         s = self.settings
         chains: list[Chain] = []
@@ -479,9 +480,9 @@ class Pipeline:
             d["dropped"] = len(drops)
         with rec.stage("budget") as d:
             covered = [i for i in intents if i not in uncovered] or list(intents)
-            moved = {child: parent for child, parent, _ in chains}
+            links = {child: parent for child, parent, _ in chains}  # the budget keeps both ends of a hop's link
             selected, drops = apply_budget(
-                kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold, links=moved
+                kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold, links=links
             )
             dropped += drops
             d.update(selected=len(selected), k=k, token_budget=token_budget)
