@@ -1,13 +1,15 @@
 """Dependency bundling: a rule travels with its exception, a reference with what it refers to.
 
-A passage is expanded only when it needs to be: it states a rule whose exception sits elsewhere, it cites
-another section ("see section 4.2", "section 5.1 of the Travel Policy"), it stops mid-list, or it opens with
-a reference it cannot resolve alone ("This", "However,"). Every chunk added here is re-checked against the
-request's filter: bundling must never widen what a user can read.
+A passage is expanded only when it needs to be: it states a rule whose exception sits elsewhere, it is an
+exception whose rule sits elsewhere, it cites another section ("see section 4.2", "section 5.1 of the Travel
+Policy") or links to another document or section ("[approval in advance](expenses.md)"), it stops mid-list,
+or it opens with a reference it cannot resolve alone ("This", "However,"). Every chunk added here is
+re-checked against the request's filter: bundling must never widen what a user can read.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -73,6 +75,10 @@ _GENERIC = frozenset(
 _EXCEPTION_HEADING = re.compile(
     r"\b(?:exceptions?|exclusions?|limitations?|restrictions?|special cases?)\b", re.I
 )
+# A Markdown link to another file or to a section ("[approval in advance](expenses.md)", "(#reporting)");
+# links with a scheme (https:, mailto:) point outside the corpus.
+_DOC_LINK = re.compile(r"\[[^\]\n]+\]\((?P<target>[^)\s]+)\)")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,54 @@ def _states_rule(chunk: Chunk) -> bool:
     if _EXCEPTION_HEADING.search(chunk.section.removeprefix(chunk.title)):
         return False
     return bool(_RULE_CUES.search(chunk.text))
+
+
+def _exception_level(chunk: Chunk) -> int | None:
+    """Index of the first section-path component below the title that heads exceptions, or None."""
+    components = [c.strip() for c in chunk.section.split(">")]
+    for i, component in enumerate(components):
+        if component and component != chunk.title.strip() and _EXCEPTION_HEADING.search(component):
+            return i
+    return None
+
+
+def _rule_for_exception(exception: Chunk, other: Chunk) -> bool:
+    """``other`` states the rule that ``exception`` qualifies: same document, outside the exceptions
+    section, under the section that holds it, rule wording, and a topic word of their own in common."""
+    level = _exception_level(exception)
+    if (
+        level is None
+        or other.doc_id != exception.doc_id
+        or other.chunk_id == exception.chunk_id
+        or _exception_level(other) is not None
+        or not _RULE_CUES.search(other.text)
+    ):
+        return False
+    parent = [c.strip() for c in exception.section.split(">")][:level]
+    if [c.strip() for c in other.section.split(">")][: len(parent)] != parent:
+        return False
+    return bool(_terms(exception.text, exception.title) & _terms(other.text, other.title))
+
+
+def _slug(heading: str) -> str:
+    """GitHub-style anchor of a heading: "Reporting an incident" -> "reporting-an-incident"."""
+    words = re.sub(r"[^\w\s-]", "", heading.lower()).split()
+    return "-".join(words)
+
+
+def _link_targets(chunk: Chunk) -> list[tuple[str, str]]:
+    """(resolved source path or "" for this document, anchor) of each Markdown link to the corpus."""
+    out: list[tuple[str, str]] = []
+    for match in _DOC_LINK.finditer(chunk.text):
+        target = match.group("target")
+        if _SCHEME.match(target):
+            continue
+        path, _, anchor = target.partition("#")
+        if path:
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(chunk.source), path))
+        if (path or anchor) and (path, anchor) not in out:
+            out.append((path, anchor.lower()))
+    return out
 
 
 def _lines(text: str) -> list[str]:
@@ -247,6 +301,43 @@ class _Bundler:
             return None
         return min(same_doc, key=lambda c: (abs(c.ordinal - rule.ordinal), -c.ordinal))
 
+    def rule_for(self, exception: Chunk) -> Chunk | None:
+        """The rule an exception passage qualifies: a reranked pool candidate first, else the nearest earlier
+        chunk of the same document (see ``_rule_for_exception``)."""
+        for cand in sorted(self.pool.values(), key=lambda c: self.pool_rank[c.chunk_id]):
+            if _rule_for_exception(exception, cand.chunk):
+                return cand.chunk
+        earlier = [
+            c
+            for c in self.lookup.doc_chunks(exception.doc_id)
+            if c.ordinal < exception.ordinal and _rule_for_exception(exception, c)
+        ]
+        return max(earlier, key=lambda c: c.ordinal) if earlier else None
+
+    def document_links(self, chunk: Chunk) -> Iterator[_Link]:
+        """Up to MAX_REFERENCES Markdown links to another document or section, followed only to a passage
+        retrieved for this question (the pool): handbooks link everywhere, and a link is a dependency only
+        when its target is about what was asked. A link with an anchor ("#tracking-expenses") leads to that
+        section only; one without leads to the target document's best-ranked passage."""
+        found: list[str] = []
+        for path, anchor in _link_targets(chunk):
+            if len(found) >= MAX_REFERENCES:
+                return
+            in_target = [
+                c
+                for c in self.pool.values()
+                if c.chunk_id != chunk.chunk_id
+                and (c.chunk.source == path if path else c.chunk.doc_id == chunk.doc_id)
+            ]
+            if anchor:
+                in_target = [c for c in in_target if _slug(c.chunk.section.split(">")[-1]) == anchor]
+            if not in_target:
+                continue
+            best = min(in_target, key=lambda c: self.pool_rank[c.chunk_id]).chunk
+            if best.chunk_id not in found:
+                found.append(best.chunk_id)
+                yield _Link(best, "cross_reference", f"link_from:{chunk.chunk_id}")
+
     def neighbours(self, chunk: Chunk) -> Iterator[_Link]:
         added_by = f"neighbour_of:{chunk.chunk_id}"
         nxt = self.lookup.get(chunk.next_id) if chunk.next_id else None
@@ -265,9 +356,14 @@ class _Bundler:
         exception = self.exception_for(chunk) if _states_rule(chunk) else None
         if exception is not None:
             yield _Link(exception, "rule_exception", f"exception_of:{chunk.chunk_id}")
+        # ... and an exception (a passage under an "Exceptions" heading) with the rule it qualifies
+        rule = self.rule_for(chunk) if _exception_level(chunk) is not None else None
+        if rule is not None:
+            yield _Link(rule, "rule_exception", f"rule_of:{chunk.chunk_id}")
         for ref in self.cross_references(chunk):
             if exception is None or ref.chunk.chunk_id != exception.chunk_id:
                 yield ref
+        yield from self.document_links(chunk)
         yield from self.neighbours(chunk)
 
     # -- adding -----------------------------------------------------------------------------------------

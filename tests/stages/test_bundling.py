@@ -6,7 +6,15 @@ from datetime import date
 from rag.stages.bundling import MAX_BUNDLE, bundle_dependencies
 from rag.stages.packing import edge_pack, number_evidence
 from rag.types import Bundle, Candidate, Chunk
-from tests.stages.factories import InMemoryLookup, make_candidate, make_doc, ranked, user_filter, with_groups
+from tests.stages.factories import (
+    InMemoryLookup,
+    make_candidate,
+    make_chunk,
+    make_doc,
+    ranked,
+    user_filter,
+    with_groups,
+)
 
 REFUNDS = make_doc(
     "refunds",
@@ -344,3 +352,99 @@ def test_links_between_selected_passages_never_grow_a_bundle_past_the_cap() -> N
     bundles, _, _ = bundle_dependencies(pool, InMemoryLookup(doc), STAFF, pool=pool)
     assert all(len(b.members) <= MAX_BUNDLE for b in bundles)
     assert sorted(c for b in bundles for c in member_ids(b)) == sorted(c.chunk_id for c in doc)
+
+
+# -- an exception passage travels with the rule it qualifies -------------------------------------------------
+PASSWORDS = make_doc(
+    "security",
+    "Security Policy",
+    [
+        ("Security Policy > Password Policy", "Passwords protect our systems and services."),
+        (
+            "Security Policy > Password Policy > Password Managers",
+            "We require unique, strong passwords for every service. Use the company password manager.",
+        ),
+        (
+            "Security Policy > Password Policy > Some Password Exceptions",
+            "Starter passwords for new accounts may be sent in clear text, on condition that the recipient "
+            "sets a new strong password at once.",
+        ),
+        ("Security Policy > Laptops", "Laptops must lock after 15 minutes and use full-disk encryption."),
+    ],
+)
+
+
+def test_an_exception_passage_takes_the_rule_it_qualifies_from_the_pool() -> None:
+    pool = ranked([PASSWORDS[2], PASSWORDS[3], PASSWORDS[1]])
+    bundles, added, _ = bundle_dependencies(pool[:1], InMemoryLookup(PASSWORDS), STAFF, pool=pool)
+    assert [(c.chunk_id, c.added_by) for c in added] == [("security:1", "rule_of:security:2")]
+    assert bundles[0].reason == "rule_exception"
+    assert member_ids(bundles[0]) == ["security:1", "security:2"]  # the rule first: document order
+
+
+def test_without_the_rule_in_the_pool_the_nearest_earlier_rule_of_the_section_is_taken() -> None:
+    _, added, _ = bundle_dependencies(ranked([PASSWORDS[2]]), InMemoryLookup(PASSWORDS), STAFF)
+    assert [c.chunk_id for c in added] == ["security:1"]  # not the laptop rule: no shared topic, other section
+
+
+def test_an_exception_finds_no_rule_outside_its_section_or_without_a_shared_topic() -> None:
+    unrelated = [PASSWORDS[0], PASSWORDS[2], PASSWORDS[3]]  # "protect our systems" states no rule
+    _, added, _ = bundle_dependencies(ranked([PASSWORDS[2]]), InMemoryLookup(unrelated), STAFF, pool=ranked(unrelated))
+    assert added == []
+
+
+# -- Markdown links to other documents and sections ---------------------------------------------------------
+PRODEV = make_chunk(
+    "Anything under $50 can be bought without permission. Over $50 needs [approval in advance](expenses.md); "
+    "receipts go in [the usual way](../tools/harvest.md#tracking-expenses). See [the FAQ](https://example.com/faq).",
+    doc_id="prodev",
+    title="Professional Development",
+    section="Professional Development > Budget",
+    source="docs/policies/prodev.md",
+)
+EXPENSES = make_doc(
+    "expenses-md",
+    "Expenses",
+    [
+        ("Expenses > Approvals", "Ask your manager before any purchase over $50."),
+        ("Expenses > Guidelines", "Several purchases under $50 in a short time count as one purchase."),
+    ],
+    source="docs/policies/expenses.md",
+)
+HARVEST = make_doc(
+    "harvest",
+    "Harvest",
+    [
+        ("Harvest > Logging time", "Log your hours every day."),
+        ("Harvest > Tracking Expenses", "Enter expenses under the project they belong to."),
+    ],
+    source="docs/tools/harvest.md",
+)
+LINKED = InMemoryLookup([PRODEV, *EXPENSES, *HARVEST])
+
+
+def test_a_link_to_another_document_brings_its_best_ranked_retrieved_passage() -> None:
+    pool = ranked([PRODEV, EXPENSES[1], HARVEST[0], EXPENSES[0]])
+    bundles, added, _ = bundle_dependencies(pool[:1], LINKED, STAFF, pool=pool)
+    assert [(c.chunk_id, c.added_by) for c in added] == [("expenses-md:1", "link_from:prodev:0")]
+    assert bundles[0].reason == "cross_reference"
+
+
+def test_a_link_with_an_anchor_brings_that_section_only() -> None:
+    pool = ranked([PRODEV, HARVEST[0], HARVEST[1]])
+    _, added, _ = bundle_dependencies(pool[:1], LINKED, STAFF, pool=pool)
+    assert [c.chunk_id for c in added] == ["harvest:1"]  # "#tracking-expenses", not the better-ranked "logging"
+
+
+def test_links_are_followed_only_to_passages_retrieved_for_the_question() -> None:
+    # handbooks link everywhere: a link is a dependency only when its target was retrieved for this question
+    _, added, _ = bundle_dependencies(ranked([PRODEV]), LINKED, STAFF, pool=ranked([PRODEV]))
+    assert added == []
+
+
+def test_a_linked_passage_the_user_may_not_read_is_refused() -> None:
+    secret = with_groups([EXPENSES[1]], "finance")[0]
+    pool = ranked([PRODEV, secret])
+    bundles, added, dropped = bundle_dependencies(pool[:1], InMemoryLookup([PRODEV, secret]), STAFF, pool=pool)
+    assert added == [] and member_ids(bundles[0]) == ["prodev:0"]
+    assert [(d.chunk_id, d.reason) for d in dropped] == [(secret.chunk_id, "access_denied")]
