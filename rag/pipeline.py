@@ -20,7 +20,7 @@ from rag.errors import GenerationError
 from rag.index import IndexReader
 from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
 from rag.sentences import sentence_units
-from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type
+from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type, missing_focus
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
 from rag.stages.citations import check_citations, lexical_support
@@ -502,12 +502,15 @@ class Pipeline:
             d.update(strategy=packing, order=[e.candidate.chunk_id for e in evidence])
         if evidence and not abstain:
             with rec.stage("answer_type") as d:
-                # The evidence must hold the kind of answer asked for ("how many years"), not just the topic.
+                # The evidence must hold the kind of answer asked for ("how many years"), not just the topic,
+                # and mention the thing whose existence is asked about ("is there any severance pay?").
                 scorer = self.sentence_scorer(evidence)
                 texts = [e.candidate.chunk.text for e in evidence]
+                pool = [c.chunk.text for c in reranked]
                 for intent in intents:
-                    why = None if intent in uncovered else missing_answer_type(
-                        intent.text, texts, context=question.text, score=scorer
+                    why = None if intent in uncovered else (
+                        missing_answer_type(intent.text, texts, context=question.text, score=scorer)
+                        or missing_focus(intent.text, texts, pool=pool, score=scorer)
                     )
                     if why:
                         uncovered = [*uncovered, intent]

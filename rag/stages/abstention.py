@@ -106,6 +106,24 @@ def _has_unit(sentence: str, key: str) -> bool:
     return any(u in stems or u in low for u in _UNITS[key])
 
 
+_NUMBER_WORDS = (
+    r"(?:\d+(?:[.,]\d+)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+    r"fifteen|sixteen|eighteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|a|an|several|few)"
+)
+_DURATION_UNITS = frozenset({"minute", "hour", "day", "week", "month", "year"})
+
+
+def _states_duration(sentence: str, key: str) -> bool:
+    """A count of the unit itself: "five (5) years", "30-day", "seventy-two (72) hours", "one business day".
+
+    "How many years" is not answered by "annually" (a frequency) or by "every year"; those state how often.
+    """
+    unit = {"day": r"(?:business\s+|calendar\s+|working\s+)?days?"}.get(key, f"{key}s?")
+    number = rf"{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*"
+    pattern = rf"\b{number}(?:\s*\(\d+\))?[\s-]+(?:consecutive\s+|more\s+|full\s+)?{unit}\b"
+    return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
+
+
 def _has_number(sentence: str) -> bool:
     return bool(re.search(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
                           r"sixty|ninety|hundred|once|twice|annually|weekly|monthly|daily|quarterly)\b",
@@ -136,15 +154,66 @@ def missing_answer_type(
     topic = set(bm25_tokens(asked)) - _ASKING
     if not topic:
         return None
-    stated = [
-        sentence
-        for passage in passages
-        for sentence in split_sentences(passage)
-        if _has_number(sentence) and _has_unit(sentence, key)
-    ]
+    def states(sentence: str) -> bool:
+        if key in _DURATION_UNITS:  # "how many years": a count of years, not "annually"
+            return _states_duration(sentence, key)
+        return _has_number(sentence) and _has_unit(sentence, key)
+
+    stated = [sentence for passage in passages for sentence in split_sentences(passage) if states(sentence)]
     if any(topic & set(bm25_tokens(sentence)) for sentence in stated):
         return None
     if stated and score is not None and max(score(asked, stated)) >= min_score:
         return None
     unit = "amount" if key == "money" else key
     return f"no passage states a number of {unit}s for what the question asks about"
+
+
+# ------------------------------------------------------------------------------------------------- existence
+# "Is there any severance pay?" presupposes a thing; passages that never mention it (or anything close to it)
+# cannot say yes or no, however well they match the rest of the question ("laid off").
+_EXISTENCE = re.compile(
+    r"(?:^|[,;:]\s*|\b(?:and|so|then|but)\s+)"
+    r"(?:(?:is|are)\s+there|(?:do|does|will|would)\s+(?:\w+\s+){1,2}?(?:get|offer|provide|receive|match|give|pay))"
+    r"\s+(?:any\s+|a\s+|an\s+|some\s+)?(?P<focus>[^?.;,]+)",
+    re.IGNORECASE,
+)
+# "What discount do employees get on ...?" presupposes a discount just as "is there a discount" does.
+_WHAT_GIVEN = re.compile(
+    r"\bwhat\s+(?:kind\s+of\s+|sort\s+of\s+|type\s+of\s+)?(?P<focus>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s+"
+    r"(?:do|does|will|would|can)\s+(?:\w+\s+){1,2}?(?:get|receive|have|offer|provide)\b",
+    re.IGNORECASE,
+)
+
+
+def missing_focus(
+    intent_text: str,
+    passages: Sequence[str],
+    *,
+    pool: Sequence[str] = (),
+    score: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
+    min_score: float = 0.5,
+) -> str | None:
+    """Why the passages cannot answer whether something exists, or None when they might (or it is not asked).
+
+    Applies to clauses that ask whether a thing exists or is given ("is there any severance pay", "does the
+    company match contributions", "what discount do employees get"). The thing's most specific word (the one
+    fewest ``pool`` passages contain; the pool is the request's own filtered candidates, so no unreadable text
+    decides it) must appear in a sentence of the evidence, or ``score`` must rate some sentence at least
+    ``min_score`` against the thing.
+    """
+    text = normalize(intent_text)
+    match = _EXISTENCE.search(text) or _WHAT_GIVEN.search(text)
+    if match is None:
+        return None
+    focus = match.group("focus").strip()
+    terms = [t for t in dict.fromkeys(bm25_tokens(focus)) if t not in _ASKING and not t.isdigit()]
+    if not terms:
+        return None
+    pool_terms = [set(bm25_tokens(p)) for p in pool]
+    key = min(terms, key=lambda t: (sum(t in ts for ts in pool_terms), -len(t)))
+    sentences = [sentence for passage in passages for sentence in split_sentences(passage)]
+    if any(key in bm25_tokens(sentence) for sentence in sentences):
+        return None
+    if sentences and score is not None and max(score(focus, sentences)) >= min_score:
+        return None
+    return f'no passage mentions "{focus}"'

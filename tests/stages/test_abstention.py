@@ -100,3 +100,62 @@ def test_similar_sentences_can_answer_without_shared_words() -> None:
     assert missing_answer_type(question, passages) is not None
     assert missing_answer_type(question, passages, score=lambda q, ss: [0.6] * len(ss)) is None
     assert missing_answer_type(question, passages, score=lambda q, ss: [0.2] * len(ss)) is not None
+
+
+def test_how_many_years_needs_a_count_of_years_not_a_frequency() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    question = "Exactly how many years do we have to keep our system audit logs?"
+    annually = ["Review and update the event types selected for logging annually."]
+    assert missing_answer_type(question, annually) is not None  # "annually" says how often, not how long
+    assert missing_answer_type(question, ["Retain audit logs for three (3) years."]) is None
+    assert missing_answer_type(question, ["Audit log retention: a 5-year minimum applies."]) is None
+    days = ["Customers may return items within forty-five (45) calendar days."]
+    assert missing_answer_type("How many days do customers have to return an item?", days) is None
+    assert missing_answer_type("How many days do customers have to return an item?", ["Refunds are paid daily."])
+
+
+def test_a_question_whether_something_exists_needs_evidence_that_mentions_it() -> None:
+    from rag.stages.abstention import missing_focus
+
+    laid_off = [
+        "There are two types of involuntary termination, often referred to as being fired and laid off.",
+        "Being laid off is a result of a strategic decision and affects multiple employees.",
+    ]
+    question = "If I get laid off, is there any severance pay?"
+    why = missing_focus(question, laid_off, pool=laid_off)
+    assert why is not None and "severance pay" in why
+    assert missing_focus(question, [*laid_off, "Severance is paid at two weeks per year of service."]) is None
+    # a paraphrase counts when the sentence scorer rates it close to the thing asked about
+    assert missing_focus(question, laid_off, pool=laid_off, score=lambda q, ss: [0.7] * len(ss)) is None
+    assert missing_focus(question, laid_off, pool=laid_off, score=lambda q, ss: [0.2] * len(ss)) is not None
+
+
+def test_the_existence_check_applies_only_to_clauses_asking_whether_something_exists() -> None:
+    from rag.stages.abstention import missing_focus
+
+    leave = ["Employees receive 25 days of paid annual leave."]
+    assert missing_focus("How many days of leave do I get for my wedding?", leave) is None  # not "do I get X"
+    assert missing_focus("Who approves my leave?", leave) is None
+    assert missing_focus("Does the company offer a bike allowance?", leave) is not None
+    assert missing_focus("Do I get paid annual leave?", leave) is None  # "annual" is mentioned
+
+
+def test_the_most_specific_word_of_the_thing_is_chosen_from_the_requests_own_candidates() -> None:
+    from rag.stages.abstention import missing_focus
+
+    pool = ["Travel is paid by the company.", "Pay is reviewed each July.", "Meal allowances are paid daily."]
+    evidence = ["Pay is reviewed each July."]
+    # "severance" appears in no candidate, "pay" in several: the evidence must mention severance
+    assert missing_focus("Is there any severance pay?", evidence, pool=pool) is not None
+    assert missing_focus("Is there any review of pay?", evidence, pool=pool) is None
+
+
+def test_what_x_do_we_get_presupposes_x() -> None:
+    from rag.stages.abstention import missing_focus
+
+    equipment = ["This policy covers the laptops, phones and monitors that the company provides for work."]
+    why = missing_focus("What discount do employees get on company products?", equipment, pool=equipment)
+    assert why is not None and "discount" in why
+    assert missing_focus("What laptops do employees get?", equipment, pool=equipment) is None
+    assert missing_focus("What do employees get?", equipment, pool=equipment) is None  # names nothing
