@@ -47,6 +47,8 @@ class _Sentence:
     text: str
     n: int  # the passage it came from
     tokens: frozenset[str]
+    table: int | None = None  # rows of one table share a number: one row answers, the others are near-copies
+    row: str = ""  # a table row's own text (``text`` is the row read with the table's first line)
 
 
 def looks_like_injection(sentence: str) -> bool:
@@ -64,17 +66,73 @@ def asks_for_number(question: str) -> bool:
     return bool(_ASKS_NUMBER.search(question))
 
 
+_NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:(?:section|part|chapter)\s+)?(?:\d+(?:\.\d+)*\.?|[a-z]\))?\s*", re.I)
+_ENDS_SENTENCE = re.compile(r"[.!?;:]\s*$")
+
+
+def _bare(text: str) -> str:
+    return " ".join(_NUMBERING.sub("", text).lower().split())
+
+
+def _is_heading(text: str, headings: set[str]) -> bool:
+    """A heading is not an answer: a Markdown heading, or (part of) the title or a section name of its
+    passage ("3.5 Form SEC-9: Security Incident Report" splits at its colon)."""
+    bare = _bare(text)
+    return text.lstrip().startswith("#") or any(bare in heading for heading in headings)
+
+
+def _table_rows(text: str) -> list[str] | None:
+    """The lines of a flattened table ("Role Laptop refresh (years) ... / Designer 3 no phone 4"), or None.
+
+    Three or more lines, none ending a sentence, most holding a number: each row is its own answer unit,
+    read with the table's first line (its column names), not the whole table at once.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < 3 or any(_ENDS_SENTENCE.search(line) for line in lines):
+        return None
+    numeric = sum(bool(re.search(r"\d", line)) for line in lines)
+    return lines if numeric >= 0.6 * len(lines) else None
+
+
 def _sentences(evidence: Sequence[Evidence]) -> list[_Sentence]:
     out = []
     for ev in evidence:
-        for text in split_sentences(ev.candidate.chunk.text):
-            if len(re.findall(r"[A-Za-z0-9]+", text)) >= 3 and not looks_like_injection(text):
+        chunk = ev.candidate.chunk
+        headings = {_bare(h) for h in [chunk.title, *chunk.section.split(">")] if h.strip()}
+        for text in split_sentences(chunk.text):
+            if len(re.findall(r"[A-Za-z0-9]+", text)) < 3 or looks_like_injection(text):
+                continue
+            if _is_heading(text, headings):
+                continue
+            rows = _table_rows(text)
+            if rows is None:
                 out.append(_Sentence(text, ev.n, frozenset(bm25_tokens(text))))
+                continue
+            table = len(out)
+            out.append(_Sentence(rows[0], ev.n, frozenset(bm25_tokens(rows[0])), table=table))
+            for row in rows[1:]:
+                unit = f"{rows[0]} … {row}"
+                out.append(_Sentence(unit, ev.n, frozenset(bm25_tokens(unit)), table=table, row=row))
     return out
 
 
+def _scores(score: ScoreFn, query: str, sents: Sequence[_Sentence]) -> list[float]:
+    """One score per sentence; a table row scores as the mean of the row alone and the row read with the
+    table's first line, so the first line's own words (and first row) do not make every row look alike."""
+    if not sents:
+        return []
+    texts = [s.text for s in sents]
+    rows = [i for i, s in enumerate(sents) if s.row]
+    scores = list(score(query, texts + [sents[i].row for i in rows]))
+    if len(scores) != len(texts) + len(rows):
+        raise ValueError(f"score() returned {len(scores)} scores for {len(texts) + len(rows)} sentences")
+    for j, i in enumerate(rows):
+        scores[i] = 0.5 * (scores[i] + scores[len(texts) + j])
+    return scores[: len(texts)]
+
+
 def _near_duplicate(a: _Sentence, b: _Sentence) -> bool:
-    if a.text.strip().lower() == b.text.strip().lower():
+    if a.text.strip().lower() == b.text.strip().lower() or (a.table is not None and a.table == b.table):
         return True
     union = a.tokens | b.tokens
     return bool(union) and len(a.tokens & b.tokens) / len(union) >= 0.7
@@ -118,9 +176,7 @@ def extractive_answer(
     extras: list[tuple[float, int, int]] = []  # (-score, intent position, sentence index)
     uncovered: list[Intent] = []
     for pos, intent in enumerate(intents):
-        scores = list(score(intent.text, [s.text for s in sents])) if sents else []
-        if len(scores) != len(sents):
-            raise ValueError(f"score() returned {len(scores)} scores for {len(sents)} sentences")
+        scores = _scores(score, intent.text, sents)
         numeric = asks_for_number(intent.text) or (len(intents) == 1 and asks_for_number(question))
         order = _ordered(scores, sents, min_score=min_score, numeric=numeric)
         taken = [i for ids in chosen.values() for i in ids]

@@ -208,3 +208,53 @@ def test_fragments_are_not_quoted() -> None:
 )
 def test_asks_for_number(question: str, numeric: bool) -> None:
     assert asks_for_number(question) is numeric
+
+
+def test_headings_are_not_quoted_as_answers() -> None:
+    chunk = make_chunk(
+        "Expense Reimbursement Policy\n\nEffective date: 1 July 2024.\n\nQuestions about this policy go to "
+        "Finance Operations at finance@example.com.",
+        title="Expense Reimbursement Policy",
+        section="Expense Reimbursement Policy",
+    )
+    glossary = make_chunk(
+        "3.5 Form SEC-9: Security Incident Report\nForm SEC-9 records a lost device or any security incident.",
+        ordinal=2,
+        title="Glossary",
+        section="Glossary > 3. Forms > 3.5 Form SEC-9: Security Incident Report",
+    )
+    evidence = [Evidence(1, make_candidate(chunk), 1), Evidence(2, make_candidate(glossary), 2)]
+    out = extractive_answer(
+        "Who do I contact about the expense reimbursement policy?",
+        [Intent(0, "Who do I contact about the expense reimbursement policy?")],
+        evidence,
+        score=overlap_score,
+    )
+    assert lines(out.text)[0] == "Questions about this policy go to Finance Operations at finance@example.com. [1]"
+    out = extractive_answer("security incident report", [], evidence, score=overlap_score, max_sentences=1)
+    assert lines(out.text)[0] == "Form SEC-9 records a lost device or any security incident. [2]"
+
+
+TABLE = (
+    "Equipment is replaced on a fixed cycle.\n\n"
+    "Role Laptop refresh (years) Monitor refresh (years) Software engineer 3 5\n"
+    "Designer 3 4\n"
+    "Warehouse supervisor 4 7\n"
+    "All other roles 4 6"
+)
+
+
+def test_a_table_row_is_quoted_with_the_tables_first_line_not_the_whole_table() -> None:
+    evidence = [ev(1, TABLE)]
+    q = "What is the monitor refresh for a warehouse supervisor?"
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
+    assert lines(out.text) == [
+        "Role Laptop refresh (years) Monitor refresh (years) Software engineer 3 5 … Warehouse supervisor 4 7 [1]",
+        "Sources: [1]",
+    ]
+    q = "How often are software engineers' laptops replaced?"
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
+    assert lines(out.text)[0] == "Role Laptop refresh (years) Monitor refresh (years) Software engineer 3 5 [1]"
+    assert len(lines(out.text)) == 2  # the other rows are near-copies, not extra answers
+    citations = check_citations(out.text, evidence)
+    assert citations and all(c.valid and c.supported for c in citations)
