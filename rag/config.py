@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     llm_max_retries: int = 2
     llm_max_tokens: int = 400
     generation_mode: Literal["standard", "quote_then_answer", "map_reduce"] = "standard"
+    citation_repair: bool = Field(
+        default=True, description="Re-point an LLM's unsupported [n] at the passage that supports the sentence."
+    )
 
     # Conversation memory
     history_token_budget: int = 400

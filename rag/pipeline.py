@@ -23,7 +23,7 @@ from rag.sentences import sentence_units
 from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type, missing_focus
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
-from rag.stages.citations import check_citations, lexical_support
+from rag.stages.citations import check_citations, lexical_support, repair_citations
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
@@ -506,11 +506,11 @@ class Pipeline:
                 # and mention the thing whose existence is asked about ("is there any severance pay?").
                 scorer = self.sentence_scorer(evidence)
                 texts = [e.candidate.chunk.text for e in evidence]
-                pool = [c.chunk.text for c in reranked]
+                pool_texts = [c.chunk.text for c in reranked]
                 for intent in intents:
                     why = None if intent in uncovered else (
                         missing_answer_type(intent.text, texts, context=question.text, score=scorer)
-                        or missing_focus(intent.text, texts, pool=pool, score=scorer)
+                        or missing_focus(intent.text, texts, pool=pool_texts, score=scorer)
                     )
                     if why:
                         uncovered = [*uncovered, intent]
@@ -538,7 +538,13 @@ class Pipeline:
         elif uncovered and generated.error is None:
             answer = f"{answer}\n\n{abstention_text(question.text, uncovered, intents)}"
         with rec.stage("citations") as d:
-            citations = check_citations(answer, evidence, support=self.support_scorer(evidence))
+            support = self.support_scorer(evidence)
+            if use_llm and not abstain and generated.error is None and s.citation_repair:
+                # a model's [n] that points next to the passage it used is re-pointed, never invented
+                answer, repairs = repair_citations(answer, evidence, support=support)
+                if repairs:
+                    d.update(repairs=repairs, model_answer=generated.text)
+            citations = check_citations(answer, evidence, support=support)
             d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
                      unsupported=sum(not c.supported for c in citations))
         result = Result(

@@ -45,7 +45,9 @@ def is_sources_line(sentence: str) -> bool:
 
 
 def _sentences(answer: str) -> list[str]:
-    """Sentences of the answer; markers after a full stop ('45 days. [1]') stay with their sentence."""
+    """Sentences of the answer. Markers after a full stop on the same line ('45 days. [1] Gift ...') stay with
+    the sentence before them; markers that open a line ('[2] Gift cards are excluded.', the list style small
+    models write) cite that line's sentence. A line of markers alone belongs to the sentence above it."""
     out: list[str] = []
     block: list[str] = []
     for line in answer.splitlines() + [""]:
@@ -53,13 +55,15 @@ def _sentences(answer: str) -> list[str]:
             block.append(line)
             continue
         prefix = ""
+        starts = _line_starts(block)
         for piece in split_sentences("\n".join(block)):
             if _BARE_NUMBER.match(piece):  # "1." split off a numbered list item
                 prefix = f"{prefix}{piece} "
                 continue
+            opens_line = " ".join(piece.split()) in starts
             piece, prefix = f"{prefix}{piece}", ""
             lead = _LEADING_MARKERS.match(piece)
-            if lead and out:
+            if lead and out and (not opens_line or not piece[lead.end() :].strip()):
                 out[-1] = f"{out[-1]} {lead.group(0).strip()}"
                 piece = piece[lead.end() :].strip()
             if piece:
@@ -70,6 +74,20 @@ def _sentences(answer: str) -> list[str]:
         if line.strip():
             out.append(line.strip())
     return out
+
+
+def _line_starts(block: Sequence[str]) -> set[str]:
+    """Every line of the block (whitespace collapsed) and each line's leading text up to its first sentence
+    end, so a split piece can be told to open a line."""
+    starts: set[str] = set()
+    for line in block:
+        text = " ".join(line.split())
+        if text:
+            starts.add(text)
+            first = split_sentences(text)
+            if first:
+                starts.add(" ".join(first[0].split()))
+    return starts
 
 
 def parse_citations(answer: str) -> list[tuple[str, list[int]]]:
@@ -135,3 +153,65 @@ def check_citations(
                     Citation(n, chunk.chunk_id, True, score >= threshold and numbers_ok, sentence, score)
                 )
     return out
+
+
+def repair_citations(
+    answer: str,
+    evidence: Sequence[Evidence],
+    *,
+    support: Callable[[str, str], float] | None = None,
+    threshold: float = 0.35,
+) -> tuple[str, list[dict[str, object]]]:
+    """Re-point citations that the check would reject at a passage that does support the sentence.
+
+    Small models often cite the neighbour of the passage they used, or a number that is not a passage. By the
+    same test as ``check_citations`` (score >= ``threshold`` and every number of the claim in the passage):
+    a sentence whose cited ids include a supporting one keeps only those; a sentence none of whose ids
+    supports it is re-pointed at the best-supporting passage when there is one; otherwise it is left alone
+    and the check reports it. A 'Sources:' line is rewritten to the ids the sentences now cite. Returns the
+    new answer and one record per change ({"sentence", "from", "to"}; "to" None = the id was dropped).
+    """
+    by_n = {e.n: e.candidate.chunk for e in evidence}
+
+    def score(claim: str, chunk: Chunk) -> float:
+        return support(claim, chunk.text) if support is not None else lexical_support(claim, _passage_text(chunk))
+
+    def supports(claim: str, chunk: Chunk) -> bool:
+        return score(claim, chunk) >= threshold and _numbers(claim) <= _numbers(_passage_text(chunk))
+
+    repairs: list[dict[str, object]] = []
+    out = answer
+    for sentence, ids in parse_citations(answer):
+        if not ids or is_sources_line(sentence) or sentence not in out:
+            continue
+        claim = _claim(sentence)
+        good = [n for n in ids if n in by_n and supports(claim, by_n[n])]
+        bad = [n for n in ids if n not in good]
+        if not bad:
+            continue
+        if good:
+            keep, to = good, None
+        else:
+            better = [n for n in by_n if supports(claim, by_n[n])]
+            if not better:
+                continue
+            to = max(better, key=lambda n: (score(claim, by_n[n]), -n))
+            keep = [to]
+        markers = "".join(f"[{n}]" for n in keep)
+        if _LEADING_MARKERS.match(sentence):  # "[2] Gift cards ...": keep the model's layout
+            fixed = f"{markers} {_MARKER.sub('', sentence).strip()}"
+        else:
+            body = _MARKER.sub("", sentence).rstrip()
+            stop = len(body) - len(body.rstrip(".!?"))
+            fixed = f"{body[: len(body) - stop].rstrip()} {markers}{body[len(body) - stop :]}"
+        fixed = " ".join(fixed.split())
+        out = out.replace(sentence, fixed, 1)
+        repairs += [{"sentence": claim, "from": n, "to": to} for n in bad]
+    if repairs:
+        claims = [ids for sentence, ids in parse_citations(out) if not is_sources_line(sentence)]
+        cited = list(dict.fromkeys(n for ids in claims for n in ids if n in by_n))
+        out = "\n".join(
+            ("Sources: " + ", ".join(f"[{n}]" for n in cited)) if is_sources_line(line) and cited else line
+            for line in out.splitlines()
+        )
+    return out, repairs

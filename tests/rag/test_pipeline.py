@@ -182,3 +182,44 @@ def test_every_hop_is_in_the_trace(pipeline: Pipeline) -> None:
     off = ask(pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?",
               max_hops=0)
     assert off["hops"] == [] and "hop_1" not in off["timings_ms"]
+
+
+class MisnumberingLLM:
+    """A scripted model that answers with the right sentence but cites the passage after the one it read
+    (the slip small models make), writing its ids in front of the sentence as they often do."""
+
+    model = "misnumbering-test-model"
+    max_tokens = 200
+
+    def __init__(self, needle: str) -> None:
+        self.needle = needle
+
+    def complete(self, prompt, *, max_tokens=None, temperature=0.0):  # type: ignore[no-untyped-def]
+        import re
+
+        from rag.types import Generated
+
+        blocks = re.split(r"\n(?=\[\d+\] )", prompt.user)
+        n = next(int(b[1:].split("]", 1)[0]) for b in blocks[1:] if self.needle in " ".join(b.split()))
+        wrong = n + 1 if n + 1 <= len(prompt.evidence_map) else n - 1
+        return Generated(f"[{wrong}] Customers may return items within 45 days of delivery.\nSources: [{wrong}]",
+                         self.model, 100, 20)
+
+
+def test_an_llm_citation_that_points_at_the_wrong_passage_is_repaired_and_traced(
+    sample_data_dir: Path, embedder  # type: ignore[no-untyped-def]
+) -> None:
+    llm = MisnumberingLLM("return items within 45 days of delivery")
+    p = Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder, llm=llm)
+    r = ask(p, "How many days does a customer have to return an item for a full refund?")
+    rule = positions(r, "return items within 45 days of delivery")
+    assert rule and r["model"] == llm.model
+    assert r["answer"].splitlines()[0] == f"[{rule[0]}] Customers may return items within 45 days of delivery."
+    assert all(c["valid"] and c["supported"] for c in r["citations"])
+    detail = next(s["detail"] for s in r["stages"] if s["name"] == "citations")
+    assert detail["repairs"][0]["to"] == rule[0] and detail["repairs"][0]["from"] != rule[0]
+    assert detail["model_answer"].startswith(f"[{detail['repairs'][0]['from']}]")  # the model's own text is kept
+
+    unrepaired = Pipeline(load_settings(data_dir=sample_data_dir, citation_repair=False), embedder=embedder, llm=llm)
+    r = ask(unrepaired, "How many days does a customer have to return an item for a full refund?")
+    assert not any(c["supported"] for c in r["citations"] if c["sentence"].startswith("["))

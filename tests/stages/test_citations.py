@@ -144,3 +144,50 @@ def test_numbers_in_the_section_path_count_as_in_the_passage() -> None:
         "Section 4.2 excludes gift cards [1].", [Evidence(1, make_candidate(chunk), 0)]
     )
     assert citation.supported
+
+
+def test_markers_opening_a_line_cite_that_lines_sentence() -> None:
+    # the list style small models write: "[1] sentence" per line, not "sentence [1]"
+    answer = "[1] Refunds take 45 days.\n[2] Gift cards are excluded.\n\nSources: [1], [2]."
+    assert parse_citations(answer) == [
+        ("[1] Refunds take 45 days.", [1]),
+        ("[2] Gift cards are excluded.", [2]),
+        ("Sources: [1], [2].", [1, 2]),
+    ]
+    # on one line, a marker after a full stop still closes the sentence before it
+    assert parse_citations("Refunds take 45 days. [1] Gift cards are excluded [2].") == [
+        ("Refunds take 45 days. [1]", [1]),
+        ("Gift cards are excluded [2].", [2]),
+    ]
+
+
+REFUND_EVIDENCE = [
+    Evidence(1, make_candidate(make_chunk("Customers may return items within 45 days of delivery for a refund.", ordinal=1)), 1),
+    Evidence(2, make_candidate(make_chunk("Gift cards are not refundable, except where required by law.", ordinal=2)), 2),
+]
+
+
+def test_a_citation_pointing_next_to_the_supporting_passage_is_repaired() -> None:
+    from rag.stages.citations import repair_citations
+
+    answer = "Items can be returned within 45 days of delivery [2].\n[1] Gift cards are not refundable.\nSources: [2]"
+    fixed, repairs = repair_citations(answer, REFUND_EVIDENCE)
+    assert fixed == "Items can be returned within 45 days of delivery [1].\n[2] Gift cards are not refundable.\nSources: [1], [2]"
+    assert repairs == [
+        {"sentence": "Items can be returned within 45 days of delivery.", "from": 2, "to": 1},
+        {"sentence": "Gift cards are not refundable.", "from": 1, "to": 2},
+    ]
+    assert all(c.valid and c.supported for c in check_citations(fixed, REFUND_EVIDENCE))
+
+
+def test_repair_drops_an_extra_unsupported_id_and_never_invents_support() -> None:
+    from rag.stages.citations import repair_citations
+
+    fixed, repairs = repair_citations("Gift cards are not refundable [1][2].", REFUND_EVIDENCE)
+    assert fixed == "Gift cards are not refundable [2]." and repairs[0]["to"] is None
+    # nothing supports "30 days" (no passage has the number): the citation stays and the check flags it
+    answer = "Items can be returned within 30 days [2]."
+    assert repair_citations(answer, REFUND_EVIDENCE) == (answer, [])
+    assert not check_citations(answer, REFUND_EVIDENCE)[0].supported
+    # a [9] that is no passage is re-pointed only when a passage supports the sentence
+    assert repair_citations("Gift cards are not refundable [9].", REFUND_EVIDENCE)[0] == "Gift cards are not refundable [2]."
