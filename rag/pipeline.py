@@ -23,11 +23,19 @@ from rag.sentences import sentence_units
 from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type, missing_focus
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
-from rag.stages.citations import check_citations, lexical_support, repair_citations
+from rag.stages.citations import check_citations, claim_key, lexical_support, repair_citations
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
-from rag.stages.hops import Chain, comparison_chains, evidence_chains, follow_ups, link_chains
+from rag.stages.hops import (
+    Chain,
+    can_link,
+    comparison_chains,
+    evidence_chains,
+    follow_ups,
+    link_chains,
+    title_key,
+)
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
@@ -227,6 +235,7 @@ class Pipeline:
         self.reader = reader or open_index_reader(settings)
         self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
         self._query_vectors: dict[str, np.ndarray] = {}
+        self._titles: tuple[str, dict[str, Any]] = ("", {})  # (generation, its documents' title keys)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
         self.reranker = reranker or load_reranker(
             settings,
@@ -243,7 +252,12 @@ class Pipeline:
 
     # ------------------------------------------------------------------ helpers injected into pure stages
     def _search(
-        self, text: str, filt: SearchFilter, *, intent: int, top_n: int | None = None
+        self,
+        text: str,
+        filt: SearchFilter,
+        *,
+        intent: int,
+        top_n: int | None = None,
     ) -> tuple[list[Candidate], dict[str, int]]:
         """Both legs for one query text, filtered inside the stores, fused; ``top_n`` overrides both legs' N."""
         s = self.settings
@@ -266,8 +280,12 @@ class Pipeline:
             candidates = fused_candidates(lexical, dense, fused, chunks, intent=intent)
         return candidates, {"lexical": len(lexical), "dense": len(dense)}
 
-    def _retrieve(self, intents: Sequence[Intent], filt: SearchFilter) -> tuple[list[Candidate], dict[str, object]]:
-        self.query_vectors([i.text for i in intents])
+    def _retrieve(
+        self, intents: Sequence[Intent], filt: SearchFilter, *, also_embed: Sequence[str] = ()
+    ) -> tuple[list[Candidate], dict[str, object]]:
+        # one embedding call for every text this request ranks by: the intents, and the whole question the
+        # reranker scores against (a compound question's parts differ from it)
+        self.query_vectors([*(i.text for i in intents), *also_embed])
         detail: dict[str, object] = {"lexical_backend": resolve_lexical_backend(self.settings)}
         per_intent = []
         for intent in intents:
@@ -299,6 +317,10 @@ class Pipeline:
                 records.append(record)
                 fus = follow_ups(question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms))
                 seen_terms.update(f.term for f in fus)
+                titles = self._readable_titles(filt)
+                if skipped := [f.term for f in fus if not can_link(f.term, titles)]:
+                    record["skipped"] = skipped  # no passage could be about them: nothing to retrieve
+                fus = [f for f in fus if can_link(f.term, titles)]
                 if not fus:
                     record["stopped"] = "no bridge term: the strongest passages name nothing the question does not"
                     d.update(queries=0, linked=0, stopped="no_terms")
@@ -336,6 +358,20 @@ class Pipeline:
             if records:
                 records[-1]["stopped"] = f"hop limit ({max_hops}) reached"
         return ranked, chains, records
+
+    def _readable_titles(self, filt: SearchFilter) -> frozenset[frozenset[str]]:
+        """Title keys of the documents ``filt`` may read (a document's first chunk carries its metadata)."""
+        generation = self.reader.generation.name
+        cache = self._titles if self._titles[0] == generation else (generation, {})
+        docs = cache[1].get("docs")
+        if docs is None:
+            docs = cache[1]["docs"] = [
+                (title_key(chunks[0].title), chunks[0])
+                for doc_id in self.reader.documents()
+                if (chunks := self.reader.doc_chunks(doc_id))
+            ]
+        self._titles = cache
+        return frozenset(key for key, chunk in docs if filt.allows(chunk))
 
     def clear_caches(self) -> None:
         """Forget cached query vectors (benchmarks time cold queries with it)."""
@@ -405,14 +441,14 @@ class Pipeline:
                 vectors[e.candidate.chunk.text] = v
                 units = sentence_units(e.candidate.chunk.text)
                 if len(units) == len(v):
-                    claims.update((" ".join(u.split()), vec) for u, vec in zip(units, v, strict=True))
+                    claims.update((claim_key(u), vec) for u, vec in zip(units, v, strict=True))
 
         def support(claim: str, passage: str) -> float:
             lexical = lexical_support(claim, passage)
             units = vectors.get(passage)
             if units is None:
                 return lexical
-            key = " ".join(claim.split())
+            key = claim_key(claim)
             if key not in claims:
                 claims[key] = self.query_vector(claim)
             return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[key])))
@@ -445,7 +481,7 @@ class Pipeline:
             intents = split_intents(question.text)
             d["intents"] = [i.text for i in intents]
         with rec.stage("retrieve") as d:
-            candidates, detail = self._retrieve(intents, filt)
+            candidates, detail = self._retrieve(intents, filt, also_embed=[question.text])
             d.update(detail)
         with rec.stage("rerank") as d:
             reranked = self.reranker.rerank(question.text, candidates) if candidates else []

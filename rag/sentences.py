@@ -8,6 +8,7 @@ time costs seconds on 2 cores; looking up vectors embedded at ingestion costs mi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,13 @@ FILE = "sentences.npz"
 
 def sentence_units(text: str) -> list[str]:
     """The sentences of a chunk that can carry an answer (headings and fragments under 3 words dropped)."""
+    return list(_units(text))
+
+
+@functools.lru_cache(maxsize=50_000)  # the query path asks for the same chunks' units several times per answer
+def _units(text: str) -> tuple[str, ...]:
     units = [s for s in split_sentences(text) if sum(any(ch.isalpha() for ch in w) for w in s.split()) >= MIN_WORDS]
-    return units[:MAX_UNITS] or ([text.strip()] if text.strip() else [])
+    return tuple(units[:MAX_UNITS] or ([text.strip()] if text.strip() else []))
 
 
 @dataclass

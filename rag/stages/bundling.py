@@ -9,6 +9,7 @@ re-checked against the request's filter: bundling must never widen what a user c
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterator, Sequence
@@ -88,19 +89,36 @@ class _Link:
     added_by: str  # why the chunk was added, naming the passage that needed it
 
 
+# Passages come back request after request (and bundling tests each pool candidate against each selected
+# passage): the regex verdicts are kept per text.
+@functools.lru_cache(maxsize=50_000)
+def _has_rule_cue(text: str) -> bool:
+    return bool(_RULE_CUES.search(text))
+
+
+@functools.lru_cache(maxsize=50_000)
+def _has_exception_cue(text: str) -> bool:
+    return bool(EXCEPTION_CUES.search(text))
+
+
 def _states_rule(chunk: Chunk) -> bool:
     """Rule wording outside an exceptions section. A rule may mention an exception of its own ("except for
     faulty goods under section 5") and still need the exceptions listed elsewhere."""
     if _EXCEPTION_HEADING.search(chunk.section.removeprefix(chunk.title)):
         return False
-    return bool(_RULE_CUES.search(chunk.text))
+    return _has_rule_cue(chunk.text)
 
 
 def _exception_level(chunk: Chunk) -> int | None:
     """Index of the first section-path component below the title that heads exceptions, or None."""
-    components = [c.strip() for c in chunk.section.split(">")]
+    return _exception_level_of(chunk.section, chunk.title)
+
+
+@functools.lru_cache(maxsize=50_000)
+def _exception_level_of(section: str, title: str) -> int | None:
+    components = [c.strip() for c in section.split(">")]
     for i, component in enumerate(components):
-        if component and component != chunk.title.strip() and _EXCEPTION_HEADING.search(component):
+        if component and component != title.strip() and _EXCEPTION_HEADING.search(component):
             return i
     return None
 
@@ -114,7 +132,7 @@ def _rule_for_exception(exception: Chunk, other: Chunk) -> bool:
         or other.doc_id != exception.doc_id
         or other.chunk_id == exception.chunk_id
         or _exception_level(other) is not None
-        or not _RULE_CUES.search(other.text)
+        or not _has_rule_cue(other.text)
     ):
         return False
     parent = [c.strip() for c in exception.section.split(">")][:level]
@@ -178,10 +196,11 @@ def _in_section(chunk: Chunk, number: str, *, prefix: bool = False) -> bool:
     return number in numbers
 
 
-def _terms(text: str, title: str) -> set[str]:
-    """Topic words of a section path: no title words, no section numbers, nothing generic."""
+@functools.lru_cache(maxsize=50_000)
+def _terms(text: str, title: str) -> frozenset[str]:
+    """Topic words of a section path (or a text): no title words, no section numbers, nothing generic."""
     words = set(bm25_tokens(text)) - set(bm25_tokens(title)) - _GENERIC
-    return {w for w in words if not w.replace(".", "").isdigit()}
+    return frozenset(w for w in words if not w.replace(".", "").isdigit())
 
 
 def _is_exception_to(rule: Chunk, other: Chunk, *, from_pool: bool) -> bool:
@@ -190,7 +209,7 @@ def _is_exception_to(rule: Chunk, other: Chunk, *, from_pool: bool) -> bool:
     if (
         other.doc_id != rule.doc_id
         or other.chunk_id == rule.chunk_id
-        or not EXCEPTION_CUES.search(other.text)
+        or not _has_exception_cue(other.text)
     ):
         return False
     if _terms(rule.section, rule.title) & _terms(other.section, other.title):

@@ -104,6 +104,12 @@ def _claim(sentence: str) -> str:
     return " ".join(_PREFIX.sub("", without).split())
 
 
+def claim_key(sentence: str) -> str:
+    """The form a claim is compared in: an evidence sentence quoted as an answer ("3) Test backups ...") and
+    the claim checked ("Test backups ...") meet under the same key."""
+    return _claim(sentence)
+
+
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
 

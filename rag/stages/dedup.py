@@ -6,6 +6,9 @@ import functools
 import re
 from collections.abc import Sequence
 
+import numpy as np
+from scipy import sparse
+
 from rag.text import normalize
 from rag.types import Candidate, Dropped
 
@@ -39,17 +42,47 @@ def remove_near_duplicates(
     catches a short chunk swallowed by a longer one, while two documents sharing only a boilerplate
     paragraph stay apart: their overlap is the boilerplate's share of each chunk, below the threshold.
     """
-    kept: list[tuple[Candidate, Shingles]] = []
+    kept: list[int] = []  # positions in ``cands``
     dropped: list[Dropped] = []
-    for cand in cands:
-        grams = shingles(cand.chunk.text)
-        best_id, best = "", 0.0
-        for other, other_grams in kept:
-            score = 1.0 if other.chunk_id == cand.chunk_id else overlap(grams, other_grams)
-            if score > best:
-                best_id, best = other.chunk_id, score
+    keys = [_shingle_keys(c.chunk.text) for c in cands]
+    shared = _shared_counts(keys)
+    sizes = np.fromiter((len(k) for k in keys), dtype=np.float64, count=len(keys))
+    first_of: dict[str, int] = {}
+    for i, cand in enumerate(cands):
+        best_j, best = -1, 0.0
+        if kept and sizes[i] > 0:
+            ks = np.asarray(kept)
+            counts = shared[i, ks]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scores = np.where(counts > 0, np.maximum(counts / sizes[i], counts / sizes[ks]), 0.0)
+            j = int(np.argmax(scores))  # the first best kept passage
+            best_j, best = int(ks[j]), float(scores[j])
+        same = first_of.get(cand.chunk_id)
+        if same is not None and (best < 1.0 or kept.index(same) < kept.index(best_j)):
+            best_j, best = same, 1.0  # the same chunk twice
         if best >= threshold and best > 0.0:
+            best_id = cands[best_j].chunk_id
             dropped.append(Dropped(cand.chunk_id, f"near_duplicate_of:{best_id} overlap={best:.2f}", "dedup"))
         else:
-            kept.append((cand, grams))
-    return [c for c, _ in kept], dropped
+            first_of.setdefault(cand.chunk_id, i)
+            kept.append(i)
+    return [cands[i] for i in kept], dropped
+
+
+@functools.lru_cache(maxsize=50_000)
+def _shingle_keys(text: str) -> np.ndarray:
+    """The passage's shingles as 64-bit hashes (one per distinct shingle), computed once per text."""
+    return np.fromiter((hash(g) for g in shingles(text)), dtype=np.int64)
+
+
+def _shared_counts(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """(n x n) shingles shared by each pair of passages, from one sparse product instead of n^2 set
+    intersections (a 64-bit hash collision between two different shingles is the only way to differ)."""
+    n = len(keys)
+    flat = np.concatenate(keys) if n else np.zeros(0, dtype=np.int64)
+    if not len(flat):
+        return np.zeros((n, n))
+    rows = np.repeat(np.arange(n), [len(k) for k in keys])
+    _, cols = np.unique(flat, return_inverse=True)
+    m = sparse.csr_matrix((np.ones(len(flat)), (rows, cols.ravel())), shape=(n, int(cols.max()) + 1))
+    return np.asarray((m @ m.T).todense())

@@ -20,6 +20,7 @@ Pure functions; the runner (rag/pipeline.py) does the searching and reranking be
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,11 @@ def _single_word_ok(word: str) -> bool:
 def _terms_in(sentence: str) -> list[str]:
     """Candidate bridge terms of one sentence, the most specific kinds first, then in order of appearance:
     quoted titles and defined terms, identifiers, multi-word names, acronyms, single capitalised words."""
+    return list(_sentence_terms(sentence))
+
+
+@functools.lru_cache(maxsize=50_000)  # passages (and their sentences) come back request after request
+def _sentence_terms(sentence: str) -> tuple[str, ...]:
     sentence = _ADDRESS.sub(" ", sentence)
     starts = {m.end() for m in _LINE_START.finditer(sentence)} | {_first_word_start(sentence)}
     found: list[tuple[int, int, str]] = []  # (kind, position, term)
@@ -94,7 +100,7 @@ def _terms_in(sentence: str) -> list[str]:
         kind = 2 if len(words) > 1 else 3 if words[0].isupper() else 4
         found.append((kind, m.start(), " ".join(words)))
     found.sort(key=lambda x: (x[0], x[1]))
-    return [term for _, _, term in found]
+    return tuple(term for _, _, term in found)
 
 
 def _first_word_start(sentence: str) -> int:
@@ -194,6 +200,19 @@ def _specific(term: str) -> bool:
     """Names one thing: several words, a number ("EXP-7", "AC-2") or an acronym; not "Security", "Time"."""
     words = term.split()
     return len(words) > 1 or any(ch.isdigit() for ch in term) or (term.isupper() and len(term) > 1)
+
+
+def title_key(title: str) -> frozenset[str]:
+    """What a document title is matched on: the tokens of its bare title."""
+    return frozenset(bm25_tokens(_bare_title(title)))
+
+
+def can_link(term: str, readable_titles: frozenset[frozenset[str]]) -> bool:
+    """Whether any passage could be about ``term`` (``is_about``): a specific term (several words, a number, an
+    acronym) can head or open a passage; a lone common word ("Company", "Saturday") only names a document
+    whose title it is. ``readable_titles`` are the ``title_key``s of the documents the asker may read, so a
+    follow-up retrieval that could never link anything is not run at all."""
+    return _specific(term) or frozenset(bm25_tokens(term)) in readable_titles
 
 
 def is_about(term: str, cand: Candidate) -> bool:

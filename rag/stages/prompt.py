@@ -6,6 +6,7 @@ inside it is neutralised, so a passage cannot close the fence and speak as the i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -121,4 +122,9 @@ def build_prompt(
     ]
     user = "\n\n".join(s for s in sections if s)
     evidence_map = tuple((e.n, e.candidate.chunk_id) for e in evidence)
-    return Prompt(SYSTEM, user, evidence_map, count_tokens(SYSTEM) + count_tokens(user))
+    return Prompt(SYSTEM, user, evidence_map, _system_tokens() + count_tokens(user))
+
+
+@functools.lru_cache(maxsize=1)
+def _system_tokens() -> int:
+    return count_tokens(SYSTEM)

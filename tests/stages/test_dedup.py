@@ -119,3 +119,40 @@ def test_the_same_chunk_twice_is_dropped_once() -> None:
 
 def test_nothing_in_nothing_out() -> None:
     assert remove_near_duplicates([]) == ([], [])
+
+
+def _pairwise_reference(cands, threshold=0.8):  # type: ignore[no-untyped-def]
+    """The definition, pair by pair: each passage against every better kept one, the first best wins."""
+    kept, dropped = [], []
+    for cand in cands:
+        grams = shingles(cand.chunk.text)
+        best_id, best = "", 0.0
+        for other in kept:
+            score = 1.0 if other.chunk_id == cand.chunk_id else overlap(grams, shingles(other.chunk.text))
+            if score > best:
+                best_id, best = other.chunk_id, score
+        if best >= threshold and best > 0.0:
+            dropped.append((cand.chunk_id, f"near_duplicate_of:{best_id} overlap={best:.2f}"))
+        else:
+            kept.append(cand)
+    return [c.chunk_id for c in kept], dropped
+
+
+def test_the_shared_count_product_agrees_with_pairwise_overlap() -> None:
+    import random
+
+    rng = random.Random(7)
+    words = (RULE + " " + BOILERPLATE).split()
+    for trial in range(60):
+        cands = []
+        for i in range(rng.randint(0, 25)):
+            start = rng.randrange(len(words))
+            text = " ".join(words[start : start + rng.randint(0, 30)]) or ""
+            if rng.random() < 0.2 and cands:  # exact copies and a copy with a word changed
+                text = cands[-1].chunk.text + (" extra" if rng.random() < 0.5 else "")
+            cands.append(make_candidate(text, ordinal=i, doc_id=f"d{trial}"))
+        threshold = rng.choice([0.5, 0.8, 1.0])
+        kept, dropped = remove_near_duplicates(cands, threshold=threshold)
+        expected_kept, expected_dropped = _pairwise_reference(cands, threshold)
+        assert ids(kept) == expected_kept
+        assert [(d.chunk_id, d.reason) for d in dropped] == expected_dropped

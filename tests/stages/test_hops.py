@@ -5,12 +5,14 @@ from __future__ import annotations
 from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
     bridge_terms,
+    can_link,
     comparison_chains,
     evidence_chains,
     follow_ups,
     is_about,
     link_chains,
     residual_words,
+    title_key,
 )
 from rag.types import Candidate, Chunk, Principal, SearchFilter
 
@@ -112,6 +114,23 @@ def test_is_about_title_heading_or_opening() -> None:
     assert not is_about("Retrospective Template", cand(mention, 0.5))
     common = chunk("s", "Systems vulnerable to malware must be scanned.", title="Access", section="Access > Systems")
     assert not is_about("Systems", cand(common, 0.5)), "a lone common word names nothing"
+
+
+def test_only_terms_some_passage_could_be_about_are_followed() -> None:
+    titles = frozenset({title_key("Harvest"), title_key("Kir (cocktail)")})
+    assert can_link("Shirley Temple", titles) and can_link("Form EXP-7", titles) and can_link("LastPass MFA", titles)
+    assert can_link("IRS", titles), "an acronym can head a passage"
+    assert can_link("Harvest", titles) and can_link("Kir", titles), "a lone word that is a readable title"
+    assert not can_link("Company", titles) and not can_link("Saturday", titles)
+    # every term can_link rejects is one no passage is about: following it could never link anything
+    for text, title, section in [
+        ("Harvest is where we log time.", "Harvest", "Harvest > Logging"),
+        ("Company cars are leased.", "Fleet", "Fleet > Company cars"),
+        ("Saturday work is paid double.", "Overtime", "Overtime > Weekends"),
+    ]:
+        c = cand(chunk("x", text, title=title, section=section), 0.5)
+        for term in ("Company", "Saturday"):
+            assert not is_about(term, c)
 
 
 # ---------------------------------------------------------------------------------------------- linking
