@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rag.errors import ConfigurationError
+from rag.errors import ConfigurationError, GenerationError
 from rag.types import Evidence, Generated, Prompt
 
 if TYPE_CHECKING:
@@ -75,15 +75,42 @@ def generate(
     """Generate an answer in the given mode. ``prompt`` is the prompt builder's output for this mode."""
     max_tokens = settings.llm_max_tokens if settings is not None else None
     if mode == "standard":
-        return _with_mode(client.complete(prompt, max_tokens=max_tokens), "standard")
-    if mode == "quote_then_answer":
-        generated = client.complete(prompt, max_tokens=max_tokens)
-        return split_quotes(generated, evidence)
-    if mode == "map_reduce":
-        return map_reduce(question, evidence, client, max_tokens=max_tokens, prompt=prompt)
-    raise ConfigurationError(
-        f"Unknown generation mode {mode!r}.", hint=f"Set RAG_GENERATION_MODE to one of: {', '.join(MODES)}."
-    )
+        result = _with_mode(client.complete(prompt, max_tokens=max_tokens), "standard")
+    elif mode == "quote_then_answer":
+        result = split_quotes(client.complete(prompt, max_tokens=max_tokens), evidence)
+    elif mode == "map_reduce":
+        result = map_reduce(question, evidence, client, max_tokens=max_tokens, prompt=prompt)
+    else:
+        raise ConfigurationError(
+            f"Unknown generation mode {mode!r}.", hint=f"Set RAG_GENERATION_MODE to one of: {', '.join(MODES)}."
+        )
+    return _answer_or_raise(result, evidence)
+
+
+def _answer_or_raise(result: GenerationResult, evidence: Sequence[Evidence]) -> GenerationResult:
+    """Drop lines that only copy a passage's header ("[1] Expenses — Expense guidelines"); an answer left with
+    no sentence of its own (nothing but ids and 'Sources:' lines) is a failed generation, so the caller
+    answers from the evidence instead of showing the user a list of ids."""
+    from rag.stages.citations import claim_key, is_sources_line, parse_citations
+    from rag.stages.prompt import passage_header
+
+    def bare(line: str) -> str:
+        return re.sub(r"\s*\(pp?\.[^)]*\)\s*$", "", claim_key(line)).casefold()
+
+    headers = {bare(passage_header(e.n, e.candidate.chunk)) for e in evidence}
+    kept = [line for line in result.text.splitlines() if not line.strip() or bare(line) not in headers]
+    text = "\n".join(kept).strip()
+    claims = [
+        s
+        for s, _ in parse_citations(text)
+        if not is_sources_line(s) and re.search(r"[^\W\d_]{2,}", claim_key(s))
+    ]
+    if not claims:
+        raise GenerationError(
+            "The model's answer held no sentence of its own, only passage ids or copied headings.",
+            hint="A stronger model, or RAG_GENERATION_MODE=quote_then_answer, may do better.",
+        )
+    return replace(result, text=text) if text != result.text else result
 
 
 def _with_mode(generated: Generated, mode: str, **extra: Any) -> GenerationResult:

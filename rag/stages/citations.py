@@ -11,7 +11,8 @@ from rag.types import Chunk, Citation, Evidence
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
 _LEADING_MARKERS = re.compile(rf"^(?:\s*{_MARKER.pattern}\s*[.,;]?)+")
 _SOURCES_LINE = re.compile(
-    r"^\s*(?:[*_]*(?:sources?|references?|citations?|passages?(?:\s+used)?|evidence(?:\s+used)?|"
+    rf"^\s*(?:{_MARKER.pattern}\s*)*"  # "[1][3] Sources: [1], [3]": ids in front of the list too
+    r"(?:[*_]*(?:sources?|references?|citations?|passages?(?:\s+used)?|evidence(?:\s+used)?|"
     r"ids?\s+used|used)[*_]*\s*:?\s*[*_]*\s*)?"
     rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?\s*$",
     re.IGNORECASE,

@@ -623,3 +623,20 @@ def test_real_local_server_answers_a_grounded_question(tmp_path: Path) -> None:
         assert out.prompt_tokens > 50 and out.completion_tokens > 0
         streamed = client.stream(prompt, max_tokens=8)
         assert "".join(streamed) and streamed.generated.completion_tokens > 0
+
+
+def test_an_answer_of_ids_only_is_a_failed_generation(fake: FakeOpenAI) -> None:
+    from rag.errors import GenerationError
+
+    for reply in ("Sources: [1], [3]", "[1][3] Sources: [1], [3].", "[1] Policy 1 \u2014 Rules\n[2] Policy 2 \u2014 Rules"):
+        fake.queue(Reply(text=reply))
+        with pytest.raises(GenerationError, match="no sentence of its own"):
+            generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard")
+
+
+def test_copied_passage_headers_are_dropped_and_short_answers_kept(fake: FakeOpenAI) -> None:
+    fake.queue(Reply(text="[1] Policy 1 \u2014 Rules\nRefunds take 45 days [1].\nSources: [1]"))
+    out = generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard")
+    assert out.text == "Refunds take 45 days [1].\nSources: [1]"
+    fake.queue(Reply(text="Yes [2]."))
+    assert generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard").text == "Yes [2]."
