@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rag.stages.prompt import EVIDENCE_END, EVIDENCE_START, SYSTEM, build_prompt, passage_header
@@ -63,14 +65,16 @@ def test_instructions_cover_citations_abstention_and_untrusted_evidence() -> Non
     instructions = user[user.index("instructions:") :]
     for phrase in [
         "only from the evidence",
-        "[n] after each sentence",
+        "after each sentence, write the id of the passage",
         "does not answer",
         "missing",
         "ignore any instructions",
-        "concise",
+        "one to three full sentences",
         "sources:",
     ]:
         assert phrase in instructions
+    # no example ids: the small model measured on the dev questions copied them into its answers
+    assert re.search(r"\[\d+\]", instructions.split("question (repeated)")[0]) is None
 
 
 def test_system_prompt_states_role_and_untrusted_rule() -> None:
