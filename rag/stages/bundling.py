@@ -24,8 +24,10 @@ MAX_REFERENCES = 2  # cross-referenced sections followed per passage
 # A bundle is a rule with what it needs, not a whole document: chains of links between selected passages
 # would otherwise merge every passage of one policy into one block and defeat edge packing.
 MAX_BUNDLE = 3
-# A chain (a passage with the passage its term leads to) may add one link to a full bundle.
+# A chain (a passage with the passage its term leads to) may add one link to a full bundle, and so may a
+# selected passage that continues (or is continued by) a bundle's passage: two pieces of one list read as one.
 MAX_CHAIN_BUNDLE = MAX_BUNDLE + 1
+_CONTIGUOUS = frozenset({"continuation", "reference"})
 
 
 class ChunkLookup(Protocol):
@@ -394,7 +396,8 @@ class _Bundler:
     def add(self, source: str, link: _Link) -> None:
         cid = link.chunk.chunk_id
         if cid in self.members:
-            if self.root(source) != self.root(cid) and self.size(source) + self.size(cid) <= MAX_BUNDLE:
+            cap = MAX_CHAIN_BUNDLE if link.reason in _CONTIGUOUS else MAX_BUNDLE
+            if self.root(source) != self.root(cid) and self.size(source) + self.size(cid) <= cap:
                 self.join(source, cid, link.reason)
             return
         if cid in self.refused:

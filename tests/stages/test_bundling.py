@@ -342,6 +342,32 @@ def test_a_rule_mentioning_one_exception_still_gets_the_exceptions_section() -> 
     assert bundles[0].reason == "rule_exception"
 
 
+def test_a_selected_passage_continuing_a_full_bundle_joins_it_as_one_block() -> None:
+    # A list split over four chunks of one section, all selected: the middle ones form a full bundle first
+    # (the best passage with both list neighbours); the list's first piece still reads with them, not apart.
+    doc = make_doc(
+        "scans",
+        "Risk Assessment Procedure",
+        [
+            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+             "RA-5 Vulnerability Scanning\n1) Scan for vulnerabilities:\na) networked devices every 72 hours;\n"
+             "b) databases monthly."),
+            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+             "2) Analyze scan reports.\n3) Remediate critical findings within 15 days;"),
+            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+             "4) Open a plan of action when a timeline is missed.\n5) Share scan results with the owners;"),
+            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+             "6) Update the scanned vulnerabilities daily."),
+            ("Risk Assessment Procedure > RA-6 Monitoring", "Monitoring is continuous."),
+        ],
+    )
+    pool = ranked([doc[2], doc[0], doc[1], doc[3], doc[4]])
+    bundles, added, _ = bundle_dependencies(pool, InMemoryLookup(doc), STAFF, pool=pool)
+    assert added == []
+    assert member_ids(bundles[0]) == ["scans:0", "scans:1", "scans:2", "scans:3"]  # one block, document order
+    assert member_ids(bundles[1]) == ["scans:4"]
+
+
 def test_links_between_selected_passages_never_grow_a_bundle_past_the_cap() -> None:
     doc = make_doc(
         "big",
