@@ -184,6 +184,14 @@ _WHAT_GIVEN = re.compile(
     re.IGNORECASE,
 )
 
+# "How many days of leave do I get for my wedding?" asks about leave for one occasion: general leave rules do
+# not answer it unless the occasion is mentioned.
+_QUALIFIED = re.compile(
+    r"\bhow\s+(?:many|much|long)\b[^?]*?\b(?:for|on)\s+(?:my|our|your|a|an)\s+"
+    r"(?P<focus>[a-z][\w'-]*(?:\s+[a-z][\w'-]*){0,2})\s*\??\s*$",
+    re.IGNORECASE,
+)
+
 
 def missing_focus(
     intent_text: str,
@@ -202,7 +210,7 @@ def missing_focus(
     ``min_score`` against the thing.
     """
     text = normalize(intent_text)
-    match = _EXISTENCE.search(text) or _WHAT_GIVEN.search(text)
+    match = _EXISTENCE.search(text) or _WHAT_GIVEN.search(text) or _QUALIFIED.search(text)
     if match is None:
         return None
     focus = match.group("focus").strip()

@@ -135,10 +135,25 @@ def test_the_existence_check_applies_only_to_clauses_asking_whether_something_ex
     from rag.stages.abstention import missing_focus
 
     leave = ["Employees receive 25 days of paid annual leave."]
-    assert missing_focus("How many days of leave do I get for my wedding?", leave) is None  # not "do I get X"
     assert missing_focus("Who approves my leave?", leave) is None
+    assert missing_focus("How many days of leave do I get?", leave) is None
     assert missing_focus("Does the company offer a bike allowance?", leave) is not None
     assert missing_focus("Do I get paid annual leave?", leave) is None  # "annual" is mentioned
+
+
+def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
+    from rag.stages.abstention import missing_focus
+
+    leave = ["Full-time employees receive 25 days of paid annual leave per calendar year."]
+    why = missing_focus("How many days of paid leave do I get for my wedding?", leave, pool=leave)
+    assert why is not None and "wedding" in why
+    assert missing_focus("How many days of paid leave do I get for my wedding?",
+                         [*leave, "Employees get three days of leave for their wedding."]) is None
+    # the occasion named by the policy itself ("for a full refund") is what the evidence states
+    refunds = ["Customers may return items within 45 days of delivery for a full refund."]
+    assert missing_focus("How many days does a customer have to return an item for a full refund?", refunds) is None
+    # "for the server room": a thing, not an occasion of the asker's; not checked
+    assert missing_focus("How often are the logs reviewed for the server room?", leave) is None
 
 
 def test_the_most_specific_word_of_the_thing_is_chosen_from_the_requests_own_candidates() -> None:
