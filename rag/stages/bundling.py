@@ -393,10 +393,10 @@ class _Bundler:
             self.refused.add(chunk_id)
             self.dropped.append(Dropped(chunk_id, reason, STAGE))
 
-    def add(self, source: str, link: _Link) -> None:
+    def add(self, source: str, link: _Link, *, cap: int = MAX_BUNDLE) -> None:
         cid = link.chunk.chunk_id
         if cid in self.members:
-            cap = MAX_CHAIN_BUNDLE if link.reason in _CONTIGUOUS else MAX_BUNDLE
+            cap = max(cap, MAX_CHAIN_BUNDLE if link.reason in _CONTIGUOUS else MAX_BUNDLE)
             if self.root(source) != self.root(cid) and self.size(source) + self.size(cid) <= cap:
                 self.join(source, cid, link.reason)
             return
@@ -404,7 +404,7 @@ class _Bundler:
             return
         if not self.filt.allows(link.chunk):
             self.refuse(cid, "access_denied")  # the record names no title or text
-        elif self.size(source) >= MAX_BUNDLE:
+        elif self.size(source) >= cap:
             return  # not refused for good: another passage's smaller bundle may still take it
         elif len(self.added) >= self.max_added:
             self.refuse(cid, "bundle_limit")
@@ -425,6 +425,11 @@ class _Bundler:
         for cid in self.selected:
             for link in self.links(self.members[cid].chunk):
                 self.add(cid, link)
+        # A passage added for another (a linked section) may itself be a list fragment: it gets its lead-in
+        # or the rest of its list, one past the cap, so that nothing shown is cut mid-list.
+        for cand in list(self.added):
+            for link in self.neighbours(cand.chunk):
+                self.add(cand.chunk_id, link, cap=MAX_CHAIN_BUNDLE)
         # Then chains: the passage that named a term with the passage it led to (what a passage needs to be
         # read at all comes first). A child joins the first of its parents whose bundle still has room.
         chained: set[str] = set()

@@ -474,3 +474,31 @@ def test_a_linked_passage_the_user_may_not_read_is_refused() -> None:
     bundles, added, dropped = bundle_dependencies(pool[:1], InMemoryLookup([PRODEV, secret]), STAFF, pool=pool)
     assert added == [] and member_ids(bundles[0]) == ["prodev:0"]
     assert [(d.chunk_id, d.reason) for d in dropped] == [(secret.chunk_id, "access_denied")]
+
+
+def test_a_linked_passage_that_is_a_list_fragment_gets_its_lead_in() -> None:
+    # the link leads to the retrieved steps 3-4 of a procedure; they are shown with the steps' lead-in
+    time_off = make_doc(
+        "timeoff",
+        "Time Off",
+        [
+            ("Time Off > Approval", "Follow this procedure to request time off:\n1. Talk to your team.\n"
+                                    "2. Email the schedule list to request the time."),
+            ("Time Off > Approval", "3. A manager replies when it is approved.\n4. Log the time off."),
+        ],
+        source="docs/policies/time-off.md",
+    )
+    onboarding = make_chunk(
+        "Ask for days off as described in [the time off policy](policies/time-off.md). Plan it with your team.",
+        doc_id="onboarding",
+        title="Onboarding",
+        section="Onboarding > Day 2",
+        source="docs/onboarding.md",
+    )
+    pool = ranked([onboarding, time_off[1]])  # the lead-in itself was not retrieved
+    bundles, added, _ = bundle_dependencies(pool[:1], InMemoryLookup([onboarding, *time_off]), STAFF, pool=pool)
+    assert [(c.chunk_id, c.added_by) for c in added] == [
+        ("timeoff:1", "link_from:onboarding:0"),
+        ("timeoff:0", "neighbour_of:timeoff:1"),
+    ]
+    assert member_ids(bundles[0]) == ["onboarding:0", "timeoff:0", "timeoff:1"]
