@@ -18,6 +18,7 @@ _SOURCES_LINE = re.compile(
     re.IGNORECASE,
 )
 _PREFIX = re.compile(r"^\s*(?:(?:quotes?|answer)\s*:\s*|[-*\u2022]\s+|\d+[.)]\s+)", re.IGNORECASE)
+_ENDS_WITH_MARKER = re.compile(rf"{_MARKER.pattern}\s*[.,;]?\s*$")
 _BARE_NUMBER = re.compile(r"^\s*(?:\d+|[a-zA-Z])[.)]\s*$")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _MAX_RANGE = 50  # "[1-3]" expands; a runaway "[1-9999]" keeps only its ends
@@ -48,13 +49,17 @@ def is_sources_line(sentence: str) -> bool:
 def _sentences(answer: str) -> list[str]:
     """Sentences of the answer. Markers after a full stop on the same line ('45 days. [1] Gift ...') stay with
     the sentence before them; markers that open a line ('[2] Gift cards are excluded.', the list style small
-    models write) cite that line's sentence. A line of markers alone belongs to the sentence above it."""
+    models write) cite that line's sentence. A line of markers alone belongs to the sentence above it. A line
+    that ends with markers ends its sentence there, with or without a full stop (a quoted table row
+    "... L4 81,000 112,000 [1]" is not one sentence with the line below it)."""
     out: list[str] = []
     block: list[str] = []
     for line in answer.splitlines() + [""]:
-        if line.strip() and not is_sources_line(line):
+        claim_line = bool(line.strip()) and not is_sources_line(line)
+        if claim_line:
             block.append(line)
-            continue
+            if not _ENDS_WITH_MARKER.search(line):
+                continue
         prefix = ""
         starts = _line_starts(block)
         for piece in split_sentences("\n".join(block)):
@@ -72,7 +77,7 @@ def _sentences(answer: str) -> list[str]:
         if prefix.strip():
             out.append(prefix.strip())
         block = []
-        if line.strip():
+        if line.strip() and not claim_line:
             out.append(line.strip())
     return out
 

@@ -161,6 +161,17 @@ def test_markers_opening_a_line_cite_that_lines_sentence() -> None:
     ]
 
 
+def test_markers_ending_a_line_end_its_sentence_without_a_full_stop() -> None:
+    # a quoted table row has no full stop: the line below it is another sentence with its own citation
+    answer = "L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]\nNever tell a candidate the band maximum. [2]"
+    assert parse_citations(answer) == [
+        ("L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]", [1]),
+        ("Never tell a candidate the band maximum. [2]", [2]),
+    ]
+    # a sentence wrapped over two lines stays one sentence
+    assert parse_citations("Refunds are paid\nwithin 45 days [1].") == [("Refunds are paid\nwithin 45 days [1].", [1])]
+
+
 REFUND_EVIDENCE = [
     Evidence(1, make_candidate(make_chunk("Customers may return items within 45 days of delivery for a refund.", ordinal=1)), 1),
     Evidence(2, make_candidate(make_chunk("Gift cards are not refundable, except where required by law.", ordinal=2)), 2),
