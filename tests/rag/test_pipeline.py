@@ -78,6 +78,7 @@ def test_compound_question_covers_both_parts(pipeline: Pipeline) -> None:
         "Can I bring my dog to the office?",  # nothing about it anywhere
         "How many years must we keep customer complaint emails?",  # the topic is absent; other rules state years
         "What is the maximum salary for band L4?",  # only in a document alice may not read
+        "How many days of paid leave do I get for my wedding?",  # other leave is listed, wedding leave is not
     ],
 )
 def test_unanswerable_question_abstains(pipeline: Pipeline, question: str) -> None:
@@ -85,6 +86,13 @@ def test_unanswerable_question_abstains(pipeline: Pipeline, question: str) -> No
     assert r["abstained"] and r["citations"] == []
     assert "can't answer" in r["answer"] or "could not find" in r["answer"]
     assert r["abstain_reason"]
+
+
+def test_the_quoted_answer_is_read_in_its_passage(pipeline: Pipeline) -> None:
+    # the sentence that answers stands in the passage about replacements; a reporting deadline alone scores higher
+    r = ask(pipeline, "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?")
+    assert "cannot issue a replacement until Form SEC-9 is accepted" in r["answer"], r["answer"]
+    assert all(c["valid"] and c["supported"] for c in r["citations"])
 
 
 def test_injected_instruction_is_not_obeyed(pipeline: Pipeline) -> None:
