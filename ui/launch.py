@@ -19,6 +19,7 @@ from rag.errors import RagError
 
 APP = Path(__file__).resolve().parent / "app.py"
 REPO = APP.parents[1]
+EXEC = os.name == "posix"  # replace this process with Streamlit (see launch)
 
 
 def streamlit_command(port: int = 8501, headless: bool = True, address: str = "127.0.0.1") -> list[str]:
@@ -51,10 +52,19 @@ def launch(settings: Settings, port: int = 8501, headless: bool = True) -> int:
     """Run ``streamlit run ui/app.py`` on 127.0.0.1:PORT until it exits; returns its exit status.
 
     Runs from the repository root so Streamlit finds ``.streamlit/config.toml`` (no tracebacks in the browser).
+    On POSIX the process becomes Streamlit (exec): a service manager's SIGTERM (``docker stop``, systemd, a
+    test's ``terminate()``) reaches the server itself. As a child of ``rag ui`` it outlived the ``rag ui``
+    that was stopped and kept serving the port.
     """
     cmd = streamlit_command(port, headless)
+    env = child_env(settings)
+    if EXEC:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.chdir(REPO)
+        os.execve(cmd[0], cmd, env)  # does not return
     try:
-        return subprocess.call(cmd, env=child_env(settings), cwd=str(REPO))
+        return subprocess.call(cmd, env=env, cwd=str(REPO))
     except KeyboardInterrupt:
         return 130
 

@@ -218,20 +218,37 @@ def test_launch_runs_streamlit_on_localhost_with_the_data_dir(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls: list[tuple[list[str], dict[str, str], str]] = []
+    cwd_now = [str(Path.cwd())]
+
+    class Execed(Exception):
+        pass
+
+    def fake_execve(path: str, cmd: list[str], env: dict[str, str]) -> None:
+        assert path == cmd[0]
+        calls.append((cmd, env, cwd_now[0]))
+        raise Execed  # a real exec never returns
 
     def fake_call(cmd: list[str], env: dict[str, str], cwd: str) -> int:
         calls.append((cmd, env, cwd))
         return 0
 
+    monkeypatch.setattr(launch.os, "execve", fake_execve)
+    monkeypatch.setattr(launch.os, "chdir", lambda d: cwd_now.__setitem__(0, str(d)))
     monkeypatch.setattr(launch.subprocess, "call", fake_call)
-    assert launch.launch(load_settings(data_dir=tmp_path), port=8765) == 0
-    cmd, env, cwd = calls[0]
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("ui/app.py")
-    assert cmd[cmd.index("--server.port") + 1] == "8765"
-    assert cmd[cmd.index("--server.headless") + 1] == "true"
-    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
-    assert env["RAG_DATA_DIR"] == str(tmp_path.resolve())
-    assert (Path(cwd) / ".streamlit" / "config.toml").is_file()
+    settings = load_settings(data_dir=tmp_path)
+    monkeypatch.setattr(launch, "EXEC", True)  # POSIX: the process becomes Streamlit, a SIGTERM reaches it
+    with pytest.raises(Execed):
+        launch.launch(settings, port=8765)
+    monkeypatch.setattr(launch, "EXEC", False)  # elsewhere Streamlit runs as a child until it exits
+    assert launch.launch(settings, port=8765) == 0
+    for cmd, env, cwd in calls:
+        assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("ui/app.py")
+        assert cmd[cmd.index("--server.port") + 1] == "8765"
+        assert cmd[cmd.index("--server.headless") + 1] == "true"
+        assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+        assert env["RAG_DATA_DIR"] == str(tmp_path.resolve())
+        assert (Path(cwd) / ".streamlit" / "config.toml").is_file()
+    assert len(calls) == 2
 
 
 def test_ui_command_mounts_on_typer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
