@@ -28,6 +28,7 @@ from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
+    AboutIndex,
     Chain,
     can_link,
     comparison_chains,
@@ -239,6 +240,7 @@ class Pipeline:
         self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
         self._query_vectors: dict[str, np.ndarray] = {}
         self._titles: tuple[str, dict[str, Any]] = ("", {})  # (generation, its documents' title keys)
+        self._about: tuple[str, AboutIndex] | None = None  # (generation, which passages a term could lead to)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
         self.reranker = reranker or load_reranker(
             settings,
@@ -321,13 +323,24 @@ class Pipeline:
                 fus = follow_ups(question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms))
                 seen_terms.update(f.term for f in fus)
                 titles = self._readable_titles(filt)
-                if skipped := [f.term for f in fus if not can_link(f.term, titles)]:
+                # A follow-up can only link a passage about its term: a term no readable passage is about
+                # (a lone common word that titles nothing, an id no heading or opening carries) is not retrieved.
+                about = self._about_index()
+                followable = [
+                    f for f in fus
+                    if can_link(f.term, titles) and about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)
+                ]
+                if skipped := [f.term for f in fus if f not in followable]:
                     record["skipped"] = skipped  # no passage could be about them: nothing to retrieve
-                fus = [f for f in fus if can_link(f.term, titles)]
-                if not fus:
-                    record["stopped"] = "no bridge term: the strongest passages name nothing the question does not"
+                if not followable:
+                    record["stopped"] = (
+                        "no readable passage is about the bridge terms the strongest passages name"
+                        if fus
+                        else "no bridge term: the strongest passages name nothing the question does not"
+                    )
                     d.update(queries=0, linked=0, stopped="no_terms")
                     break
+                fus = followable
                 self.query_vectors([f.query for f in fus])
                 found = []
                 for f in fus:
@@ -361,6 +374,14 @@ class Pipeline:
             if records:
                 records[-1]["stopped"] = f"hop limit ({max_hops}) reached"
         return ranked, chains, records
+
+    def _about_index(self) -> AboutIndex:
+        """The generation's AboutIndex (which passages a bridge term could lead to), built once per generation."""
+        generation = self.reader.generation.name
+        if self._about is None or self._about[0] != generation:
+            chunks = [c for doc_id in self.reader.documents() for c in self.reader.doc_chunks(doc_id)]
+            self._about = (generation, AboutIndex(chunks))
+        return self._about[1]
 
     def _readable_titles(self, filt: SearchFilter) -> frozenset[frozenset[str]]:
         """Title keys of the documents ``filt`` may read (a document's first chunk carries its metadata)."""

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rag.text import STOPWORDS, bm25_tokens, split_sentences
-from rag.types import Candidate
+from rag.types import Candidate, Chunk
 
 STAGE = "hop"
 Chain = tuple[str, str, str]  # (child chunk id, parent chunk id, reason): two passages that belong together
@@ -218,18 +218,74 @@ def can_link(term: str, readable_titles: frozenset[frozenset[str]]) -> bool:
 def is_about(term: str, cand: Candidate) -> bool:
     """The passage is about ``term``: the term is its document's title, a specific term in its heading, or
     the words its text opens with ("Qualifying Equipment means ...", "Form EXP-7 must be filed ...")."""
+    return chunk_is_about(term, cand.chunk)
+
+
+def chunk_is_about(term: str, chunk: Chunk) -> bool:
+    """``is_about`` for a chunk."""
     tokens = set(bm25_tokens(term))
     if not tokens:
         return False
-    chunk = cand.chunk
     if tokens == set(bm25_tokens(_bare_title(chunk.title))):
         return True
     if not _specific(term):
         return False  # a lone common word ("Systems", "Authorization") opens or heads too many passages
     if tokens <= set(bm25_tokens(_heading(chunk.section))):
         return True
-    opening = re.sub(r"^[#\-*\s]+", "", chunk.text)[: len(term) + 1].lower()
+    opening = _opening(chunk.text)[: len(term) + 1].lower()
     return opening.startswith(term.lower()) and not opening[len(term) : len(term) + 1].isalnum()
+
+
+def _opening(text: str) -> str:
+    """A passage's text as ``is_about`` reads its opening: leading list and heading marks dropped."""
+    return re.sub(r"^[#\-*\s]+", "", text)
+
+
+def _opening_key(text: str) -> str:
+    """The first two characters of the lowercased opening (``is_about`` compares a prefix of at least two)."""
+    return _opening(text)[:2].lower()[:2]
+
+
+class AboutIndex:
+    """Which passages could be about a term (``is_about``), found without scanning every passage.
+
+    A follow-up retrieval can only link a passage about its term (``link_chains``), so a term no readable
+    passage is about needs no retrieval: ``any_about`` answers that exactly, from three lookups (the bare
+    title's tokens, the heading's tokens, the opening's first two characters) verified with ``is_about``.
+    """
+
+    def __init__(self, chunks: Iterable[Chunk]) -> None:
+        self._by_title: dict[frozenset[str], list[Chunk]] = {}
+        self._by_heading_token: dict[str, list[Chunk]] = {}
+        self._by_opening: dict[str, list[Chunk]] = {}
+        for chunk in chunks:
+            self._by_title.setdefault(title_key(chunk.title), []).append(chunk)
+            for token in set(bm25_tokens(_heading(chunk.section))):
+                self._by_heading_token.setdefault(token, []).append(chunk)
+            self._by_opening.setdefault(_opening_key(chunk.text), []).append(chunk)
+
+    def candidates(self, term: str) -> list[Chunk]:
+        """Every chunk that may be about ``term`` (a superset; ``chunk_is_about`` decides)."""
+        tokens = frozenset(bm25_tokens(term))
+        if not tokens:
+            return []
+        out = list(self._by_title.get(tokens, ()))
+        if _specific(term):
+            postings = [self._by_heading_token.get(t, []) for t in tokens]
+            shortest = min(postings, key=len)
+            out += shortest  # a heading holding every token holds the rarest one
+            key = term.lower()[:2]
+            if len(key) == 2:
+                out += self._by_opening.get(key, [])
+            else:  # a one-character term: every opening that starts with it
+                out += [c for k, cs in self._by_opening.items() if k.startswith(key) for c in cs]
+        return out
+
+    def any_about(self, term: str, *, exclude: str, allows: Callable[[Chunk], bool]) -> bool:
+        """Whether any chunk other than ``exclude`` that ``allows`` admits is about ``term``."""
+        return any(
+            c.chunk_id != exclude and allows(c) and chunk_is_about(term, c) for c in self.candidates(term)
+        )
 
 
 def link_chains(

@@ -167,9 +167,12 @@ def test_follow_up_queries_never_cross_access_filters(pipeline: Pipeline, monkey
 
     monkeypatch.setattr(reader, "search_lexical", spy(lexical))
     monkeypatch.setattr(reader, "search_dense", spy(dense))
+    stolen = ask(pipeline, "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?")
+    assert stolen["hops"] and stolen["hops"][0]["queries"], "the question must exercise follow-up queries"
+    assert len(calls) > 2 * len(stolen["intents"]), "follow-ups search through the same filtered legs"
     r = ask(pipeline, RANSOMWARE)
-    assert r["hops"] and r["hops"][0]["queries"], "the question must exercise follow-up queries"
-    assert len(calls) > 2 * len(r["intents"]), "follow-ups search through the same filtered legs"
+    # the bridge terms alice's passages name lead to no passage she may read: nothing is retrieved for them
+    assert r["hops"][0].get("skipped") and not r["hops"][0]["queries"]
     for filt, ids in calls:
         assert filt.principal == ALICE  # type: ignore[attr-defined]
         for cid in ids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
+    AboutIndex,
     bridge_terms,
     can_link,
     comparison_chains,
@@ -212,3 +213,33 @@ def test_bundling_keeps_a_chain_together_in_chain_order() -> None:
     assert chain.chunk_ids == ("rule", "deadline"), "the passage naming the form first, then the form"
     assert len(bundles) == 2
     assert MAX_CHAIN_BUNDLE >= 2
+
+
+# -- which passages a term could lead to, without scanning them all ------------------------------------------
+ABOUT_CHUNKS = [
+    chunk("film", FILM, title="Kiss and Tell (1945 film)"),
+    chunk("temple", TEMPLE, title="Shirley Temple"),
+    chunk("form", "Form EXP-7 must be filed within 30 days of the trip end.", title="Glossary", section="Glossary > Forms"),
+    chunk("ac2", "Accounts are reviewed quarterly.", title="Access Control", section="Access Control > AC-2 Account Management"),
+    chunk("list", "- 5 consecutive attempts lock the account.", title="Logon", section="Logon > Limits"),
+    chunk("secret", "Form SEC-9 records incidents.", title="Runbook", section="Runbook > Forms"),
+    chunk("common", "Security matters to everyone.", title="Security", section="Security > Security"),
+]
+
+
+def test_the_about_index_answers_exactly_what_scanning_every_passage_would() -> None:
+    index = AboutIndex(ABOUT_CHUNKS)
+    terms = ["Shirley Temple", "Kiss and Tell", "Form EXP-7", "EXP-7", "AC-2", "Account Management", "5",
+             "Form SEC-9", "Security", "Temple", "Corliss Archer", "Glossary", "Ghana", "form exp-7", ""]
+    not_secret = lambda c: c.chunk_id != "secret"  # noqa: E731  (a principal who may not read the runbook)
+    for term in terms:
+        for exclude in ("", "temple", "form"):
+            for allows in (lambda c: True, not_secret):
+                brute = any(
+                    c.chunk_id != exclude and allows(c) and is_about(term, Candidate(chunk=c)) for c in ABOUT_CHUNKS
+                )
+                assert index.any_about(term, exclude=exclude, allows=allows) == brute, (term, exclude)
+    assert index.any_about("Shirley Temple", exclude="", allows=lambda c: True)
+    assert not index.any_about("Shirley Temple", exclude="temple", allows=lambda c: True)  # only its own passage
+    assert not index.any_about("Form SEC-9", exclude="", allows=not_secret)  # only in what the asker cannot read
+    assert not index.any_about("Corliss Archer", exclude="", allows=lambda c: True)  # named, but nothing is about it
