@@ -63,9 +63,14 @@ def _token_set(text: str) -> set[str]:
     return set(bm25_tokens(text))
 
 
+def _shouted(word: str) -> bool:
+    """A word in capitals too long for an acronym: a run-in heading ("RESULTS", "PURPOSE") or emphasis."""
+    return len(word) >= 6 and word.isalpha() and word.isupper()
+
+
 def _single_word_ok(word: str) -> bool:
     """A lone capitalised word names something when it is an acronym or a proper noun, not a shouted word."""
-    if word.lower() in _FUNCTION_WORDS:
+    if word.lower() in _FUNCTION_WORDS or _shouted(word):
         return False
     # "Lpz7sc8d": an id from an address, not a name
     return not (any(ch.isdigit() for ch in word) and any(ch.islower() for ch in word))
@@ -90,7 +95,10 @@ def _sentence_terms(sentence: str) -> tuple[str, ...]:
         found.append((1, m.start(), m.group(0)))
     for m in _NAME.finditer(sentence):
         words = _TRAILING_CONNECTOR.sub("", m.group(0)).strip(" .-").split()
-        if words and m.start() in starts and not words[0].isupper():
+        opens = m.start() in starts
+        if len(words) > 1 and _shouted(words[0]):
+            words, opens = words[1:], True  # "RESULTS Of the 20 patients": a run-in heading, then a sentence
+        if words and opens and not words[0].isupper():
             words = words[1:]  # "Use MFA", "The Kiss": a sentence's first capital says nothing
             words = words[1:] if words and words[0].lower() in _FUNCTION_WORDS else words
         if not words:

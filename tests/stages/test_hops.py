@@ -243,3 +243,14 @@ def test_the_about_index_answers_exactly_what_scanning_every_passage_would() -> 
     assert not index.any_about("Shirley Temple", exclude="temple", allows=lambda c: True)  # only its own passage
     assert not index.any_about("Form SEC-9", exclude="", allows=not_secret)  # only in what the asker cannot read
     assert not index.any_about("Corliss Archer", exclude="", allows=lambda c: True)  # named, but nothing is about it
+
+
+def test_run_in_headings_and_shouted_words_are_not_bridge_terms() -> None:
+    # structured abstracts and procedures run their headings into the text: "RESULTS Of the 20 patients ..."
+    text = "RESULTS Of the 20 patients treated with DAF-16, most recovered. PARTICIPANTS were enrolled at EPA sites."
+    terms = bridge_terms("Does treatment help patients recover?", text, limit=5)
+    assert "DAF-16" in terms and "EPA" in terms
+    assert not any(t.split()[0] in {"RESULTS", "PARTICIPANTS", "Of"} for t in terms), terms
+    # an acronym before a name is still a name: "NIST Special Publication", "EPA Chief Information Officer"
+    named = bridge_terms("Which standard applies?", "Follow NIST Special Publication 800-53 as the EPA Chief Information Officer says.", limit=5)
+    assert "NIST Special Publication" in named and "EPA Chief Information Officer" in named
