@@ -30,12 +30,10 @@ from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
     AboutIndex,
     Chain,
-    can_link,
     comparison_chains,
     evidence_chains,
     follow_ups,
     link_chains,
-    title_key,
 )
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
@@ -239,7 +237,6 @@ class Pipeline:
         self.reader = reader or open_index_reader(settings)
         self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
         self._query_vectors: dict[str, np.ndarray] = {}
-        self._titles: tuple[str, dict[str, Any]] = ("", {})  # (generation, its documents' title keys)
         self._about: tuple[str, AboutIndex] | None = None  # (generation, which passages a term could lead to)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
         self.reranker = reranker or load_reranker(
@@ -322,14 +319,10 @@ class Pipeline:
                 records.append(record)
                 fus = follow_ups(question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms))
                 seen_terms.update(f.term for f in fus)
-                titles = self._readable_titles(filt)
                 # A follow-up can only link a passage about its term: a term no readable passage is about
                 # (a lone common word that titles nothing, an id no heading or opening carries) is not retrieved.
                 about = self._about_index()
-                followable = [
-                    f for f in fus
-                    if can_link(f.term, titles) and about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)
-                ]
+                followable = [f for f in fus if about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)]
                 if skipped := [f.term for f in fus if f not in followable]:
                     record["skipped"] = skipped  # no passage could be about them: nothing to retrieve
                 if not followable:
@@ -382,20 +375,6 @@ class Pipeline:
             chunks = [c for doc_id in self.reader.documents() for c in self.reader.doc_chunks(doc_id)]
             self._about = (generation, AboutIndex(chunks))
         return self._about[1]
-
-    def _readable_titles(self, filt: SearchFilter) -> frozenset[frozenset[str]]:
-        """Title keys of the documents ``filt`` may read (a document's first chunk carries its metadata)."""
-        generation = self.reader.generation.name
-        cache = self._titles if self._titles[0] == generation else (generation, {})
-        docs = cache[1].get("docs")
-        if docs is None:
-            docs = cache[1]["docs"] = [
-                (title_key(chunks[0].title), chunks[0])
-                for doc_id in self.reader.documents()
-                if (chunks := self.reader.doc_chunks(doc_id))
-            ]
-        self._titles = cache
-        return frozenset(key for key, chunk in docs if filt.allows(chunk))
 
     def clear_caches(self) -> None:
         """Forget cached query vectors (benchmarks time cold queries with it)."""

@@ -215,14 +215,6 @@ def title_key(title: str) -> frozenset[str]:
     return frozenset(bm25_tokens(_bare_title(title)))
 
 
-def can_link(term: str, readable_titles: frozenset[frozenset[str]]) -> bool:
-    """Whether any passage could be about ``term`` (``is_about``): a specific term (several words, a number, an
-    acronym) can head or open a passage; a lone common word ("Company", "Saturday") only names a document
-    whose title it is. ``readable_titles`` are the ``title_key``s of the documents the asker may read, so a
-    follow-up retrieval that could never link anything is not run at all."""
-    return _specific(term) or frozenset(bm25_tokens(term)) in readable_titles
-
-
 def is_about(term: str, cand: Candidate) -> bool:
     """The passage is about ``term``: the term is its document's title, a specific term in its heading, or
     the words its text opens with ("Qualifying Equipment means ...", "Form EXP-7 must be filed ...")."""

@@ -6,14 +6,12 @@ from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
     AboutIndex,
     bridge_terms,
-    can_link,
     comparison_chains,
     evidence_chains,
     follow_ups,
     is_about,
     link_chains,
     residual_words,
-    title_key,
 )
 from rag.types import Candidate, Chunk, Principal, SearchFilter
 
@@ -118,20 +116,26 @@ def test_is_about_title_heading_or_opening() -> None:
 
 
 def test_only_terms_some_passage_could_be_about_are_followed() -> None:
-    titles = frozenset({title_key("Harvest"), title_key("Kir (cocktail)")})
-    assert can_link("Shirley Temple", titles) and can_link("Form EXP-7", titles) and can_link("LastPass MFA", titles)
-    assert can_link("IRS", titles), "an acronym can head a passage"
-    assert can_link("Harvest", titles) and can_link("Kir", titles), "a lone word that is a readable title"
-    assert not can_link("Company", titles) and not can_link("Saturday", titles)
-    # every term can_link rejects is one no passage is about: following it could never link anything
-    for text, title, section in [
-        ("Harvest is where we log time.", "Harvest", "Harvest > Logging"),
-        ("Company cars are leased.", "Fleet", "Fleet > Company cars"),
-        ("Saturday work is paid double.", "Overtime", "Overtime > Weekends"),
-    ]:
-        c = cand(chunk("x", text, title=title, section=section), 0.5)
-        for term in ("Company", "Saturday"):
-            assert not is_about(term, c)
+    passages = [
+        chunk("h", "Harvest is where we log time.", title="Harvest", section="Harvest > Logging"),
+        chunk("k", "Kir is a cocktail of wine and cassis.", title="Kir (cocktail)"),
+        chunk("t", TEMPLE, title="Shirley Temple"),
+        chunk("f", "Form EXP-7 must be filed within 30 days.", title="Glossary", section="Glossary > Forms"),
+        chunk("i", "IRS mileage rates apply.", title="Travel", section="Travel > Mileage"),
+        chunk("c", "Company cars are leased.", title="Fleet", section="Fleet > Company cars"),
+        chunk("s", "Saturday work is paid double.", title="Overtime", section="Overtime > Weekends"),
+    ]
+    index = AboutIndex(passages)
+    everyone = lambda c: True  # noqa: E731
+    for term in ("Shirley Temple", "Form EXP-7", "IRS"):
+        assert index.any_about(term, exclude="", allows=everyone), "a specific term can head or open a passage"
+    assert index.any_about("Harvest", exclude="", allows=everyone), "a lone word that is a readable title"
+    assert index.any_about("Kir", exclude="", allows=everyone), "the bare title, without its brackets"
+    # a lone common word names nothing, however many passages mention it: following it could never link anything
+    for term in ("Company", "Saturday"):
+        assert not index.any_about(term, exclude="", allows=everyone)
+        assert not any(is_about(term, cand(c, 0.5)) for c in passages)
+    assert not index.any_about("Harvest", exclude="", allows=lambda c: c.title != "Harvest"), "only readable titles"
 
 
 # ---------------------------------------------------------------------------------------------- linking
