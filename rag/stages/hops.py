@@ -232,18 +232,24 @@ def chunk_is_about(term: str, chunk: Chunk) -> bool:
         return False  # a lone common word ("Systems", "Authorization") opens or heads too many passages
     if tokens <= set(bm25_tokens(_heading(chunk.section))):
         return True
-    opening = _opening(chunk.text)[: len(term) + 1].lower()
+    start = _opening_start(chunk.text)
+    opening = chunk.text[start : start + len(term) + 1].lower()
     return opening.startswith(term.lower()) and not opening[len(term) : len(term) + 1].isalnum()
 
 
-def _opening(text: str) -> str:
-    """A passage's text as ``is_about`` reads its opening: leading list and heading marks dropped."""
-    return re.sub(r"^[#\-*\s]+", "", text)
+_LEADING_MARKS = re.compile(r"[#\-*\s]*")
+
+
+def _opening_start(text: str) -> int:
+    """Where a passage's opening starts, as ``is_about`` reads it: after leading list and heading marks."""
+    m = _LEADING_MARKS.match(text)
+    return m.end() if m else 0
 
 
 def _opening_key(text: str) -> str:
     """The first two characters of the lowercased opening (``is_about`` compares a prefix of at least two)."""
-    return _opening(text)[:2].lower()[:2]
+    start = _opening_start(text)
+    return text[start : start + 2].lower()[:2]
 
 
 class AboutIndex:
@@ -258,9 +264,15 @@ class AboutIndex:
         self._by_title: dict[frozenset[str], list[Chunk]] = {}
         self._by_heading_token: dict[str, list[Chunk]] = {}
         self._by_opening: dict[str, list[Chunk]] = {}
+        titles: dict[str, frozenset[str]] = {}  # chunks of one document share its title and its sections
+        headings: dict[str, frozenset[str]] = {}
         for chunk in chunks:
-            self._by_title.setdefault(title_key(chunk.title), []).append(chunk)
-            for token in set(bm25_tokens(_heading(chunk.section))):
+            if chunk.title not in titles:
+                titles[chunk.title] = title_key(chunk.title)
+            if chunk.section not in headings:
+                headings[chunk.section] = frozenset(bm25_tokens(_heading(chunk.section)))
+            self._by_title.setdefault(titles[chunk.title], []).append(chunk)
+            for token in headings[chunk.section]:
                 self._by_heading_token.setdefault(token, []).append(chunk)
             self._by_opening.setdefault(_opening_key(chunk.text), []).append(chunk)
 
