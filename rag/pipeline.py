@@ -244,6 +244,7 @@ class Pipeline:
             embedder=self.embedder,
             sentence_vectors=getattr(self.reader, "sentence_vectors", None),
             query_vector=self.query_vector,
+            passage_tokens=getattr(self.reader, "passage_tokens", None),
         )
         if llm is None and settings.llm_configured:
             from rag.llm import LLMClient

