@@ -79,10 +79,10 @@ def _rss_mb() -> float:
     return _peak_rss_mb()
 
 
-def _settings(data_dir: Path) -> Any:
+def _settings(data_dir: Path, **overrides: Any) -> Any:
     from rag.config import load_settings
 
-    return load_settings(data_dir=data_dir)
+    return load_settings(data_dir=data_dir, **overrides)
 
 
 # ----------------------------------------------------------------------------------------- building indexes
@@ -341,14 +341,14 @@ def measure_query(
     # each leg alone, on the first questions (their vectors are cached now, so the dense leg is the search only)
     filt = SearchFilter(principal, date.today())
     leg_ms: dict[str, list[float]] = {"lexical": [], "dense": []}
-    s = pipeline.settings
+    settings = pipeline.settings
     for q in seq[:legs]:
         t = time.perf_counter()
-        pipeline.reader.search_lexical(bm25_tokens(q), filt, s.lexical_top_n)
+        pipeline.reader.search_lexical(bm25_tokens(q), filt, settings.lexical_top_n)
         leg_ms["lexical"].append((time.perf_counter() - t) * 1000)
         vector = pipeline.query_vector(q)
         t = time.perf_counter()
-        pipeline.reader.search_dense(vector, filt, s.dense_top_n)
+        pipeline.reader.search_dense(vector, filt, settings.dense_top_n)
         leg_ms["dense"].append((time.perf_counter() - t) * 1000)
 
     conc = questions[1 + n_sequential : 1 + n_sequential + n_concurrent]
@@ -405,13 +405,15 @@ def _torch_threads() -> int:
 
 
 class _Timed:
-    """Delegates to ``inner``, adding the wall time and number of calls of the named methods (not thread-safe)."""
+    """Delegates to ``inner``, adding the wall time and number of calls of the named methods (not thread-safe);
+    ``log`` keeps each call's method name and arguments, so the same calls can be replayed in a tight loop."""
 
     def __init__(self, inner: Any, methods: Sequence[str]) -> None:
         self._inner = inner
         self._methods = frozenset(methods)
         self.ms = 0.0
         self.calls = 0
+        self.log: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
@@ -419,6 +421,7 @@ class _Timed:
             return attr
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            self.log.append((name, args, kwargs))
             t = time.perf_counter()
             try:
                 return attr(*args, **kwargs)
@@ -429,16 +432,33 @@ class _Timed:
         return timed
 
 
+def _replay(target: Any, log: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> float:
+    """Milliseconds ``target`` takes to make the logged calls again, back to back."""
+    t = time.perf_counter()
+    for name, args, kwargs in log:
+        getattr(target, name)(*args, **kwargs)
+    return (time.perf_counter() - t) * 1000
+
+
 def measure_floor(
-    data_dir: Path, questions: Sequence[str], *, repeats: int, cross_encoder: Path | None, ce_queries: int = 3
+    data_dir: Path,
+    questions: Sequence[str],
+    *,
+    repeats: int,
+    cross_encoder: Path | None,
+    ce_queries: int = 3,
+    rerank_with: Path | None = None,
 ) -> dict[str, Any]:
     """End to end vs the model work it cannot avoid, on the same questions: the query-embedding forward and the
     reranker scoring the pipeline's own first-retrieval candidates, each repeated in a tight loop (p50 per
-    question). Also the model time inside each request: every embedder and reranker call ``ask`` made."""
+    question). Also the model time inside each request (every embedder and reranker call ``ask`` made) and those
+    same calls replayed in a tight loop: ``floor_all_calls``, the model forward time for exactly the pairs the
+    request scored. ``rerank_with`` runs the pipeline with that cross-encoder folder as its reranker."""
     from rag.pipeline import Pipeline, PipelineOptions, Question
     from rag.types import Principal
 
-    pipeline = Pipeline(_settings(data_dir))
+    overrides = {"reranker": "cross-encoder", "reranker_path": str(rerank_with)} if rerank_with is not None else {}
+    pipeline = Pipeline(_settings(data_dir, **overrides))
     embedder, reranker = pipeline.embedder, pipeline.reranker
     timed_embedder = _Timed(embedder, ("embed_queries", "embed_passages"))
     timed_reranker = _Timed(reranker, ("rerank",))
@@ -450,13 +470,14 @@ def measure_floor(
     cands_of: dict[str, list[Any]] = {}
     for q in questions[1:]:
         for timed in (timed_embedder, timed_reranker):
-            timed.ms, timed.calls = 0.0, 0
+            timed.ms, timed.calls, timed.log = 0.0, 0, []
         result = pipeline.ask(Question(q, principal), options)
         inside = {"embed_ms": timed_embedder.ms, "embed_calls": timed_embedder.calls,
-                  "rerank_ms": timed_reranker.ms, "rerank_calls": timed_reranker.calls}
+                  "rerank_ms": timed_reranker.ms, "rerank_calls": timed_reranker.calls,
+                  "pairs": sum(len(args[1]) for _, args, _ in timed_reranker.log)}
         cands = [c for c in result.candidates if c.hop == 0]  # what the rerank stage scored (hops add more)
         cands_of[q] = cands
-        embed, rerank = [], []
+        embed, rerank, every = [], [], []
         for _ in range(repeats):
             t = time.perf_counter()
             embedder.embed_queries([q])
@@ -464,15 +485,19 @@ def measure_floor(
             t = time.perf_counter()
             reranker.rerank(q, cands)
             rerank.append((time.perf_counter() - t) * 1000)
+            every.append(_replay(embedder, timed_embedder.log) + _replay(reranker, timed_reranker.log))
         rows.append({
             "e2e": _e2e(result),
             "embed": statistics.median(embed),
             "rerank": statistics.median(rerank),
+            "every": statistics.median(every),
             "candidates": len(cands),
             **inside,
         })
     e2e = statistics.median(r["e2e"] for r in rows)
     floor = statistics.median(r["embed"] + r["rerank"] for r in rows)
+    floor_all = statistics.median(r["every"] for r in rows)
+    ratio_all = statistics.median(r["e2e"] / r["every"] for r in rows if r["every"])
     model_inside = statistics.median(r["embed_ms"] + r["rerank_ms"] for r in rows)
 
     def p50(key: str) -> float:
@@ -489,6 +514,9 @@ def measure_floor(
         "floor_ms_p50": round(floor, 2),
         "end_to_end_ms_p50": round(e2e, 2),
         "ratio": round(e2e / floor, 2) if floor else None,
+        "floor_all_calls_ms_p50": round(floor_all, 2),
+        "ratio_to_all_calls": round(ratio_all, 3),  # median over questions of e2e / that question's replay
+        "reranked_pairs_p50": p50("pairs"),
         "inside_request": {
             "embedder_calls_p50": p50("embed_calls"),
             "embedder_ms_p50": p50("embed_ms"),
@@ -551,6 +579,7 @@ def _run_child(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             scifact_claims(Path(kwargs["questions"]))[: kwargs["queries"] + 1],
             repeats=kwargs["repeats"],
             cross_encoder=Path(ce) if ce else None,
+            rerank_with=Path(kwargs["rerank_with"]) if kwargs.get("rerank_with") else None,
         )
     raise SystemExit(f"unknown child task {task!r}")
 
@@ -618,6 +647,10 @@ def report(work: Path) -> str:
                   f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
                   f"candidates {f['rerank_ms_p50']} ms = {f['floor_ms_p50']} ms; end to end {f['end_to_end_ms_p50']} ms; "
                   f"ratio {f['ratio']}x"]
+        if "floor_all_calls_ms_p50" in f:
+            lines.append(f"Every model call of the request replayed in a tight loop ({f['reranked_pairs_p50']} reranked "
+                         f"pairs p50): {f['floor_all_calls_ms_p50']} ms; end to end / that, per question, p50 "
+                         f"{f['ratio_to_all_calls']}x")
         i = f.get("inside_request")
         if i:
             lines.append(f"Inside each request (p50): {i['embedder_calls_p50']} embedder calls {i['embedder_ms_p50']} ms, "
@@ -646,6 +679,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p_floor.add_argument("--queries", type=int, default=20)
     p_floor.add_argument("--repeats", type=int, default=5)
     p_floor.add_argument("--no-cross-encoder", action="store_true", help="Skip the MiniLM cross-encoder reference.")
+    p_floor.add_argument("--rerank-with-cross-encoder", action="store_true",
+                         help="Run the pipeline itself with the MiniLM-L6-sized cross-encoder as its reranker "
+                              "(random head: latency only) and compare it with that model's forward time.")
     sub.add_parser("report", help="Print the Markdown tables of WORK/results.json.")
     for p in (p_build, p_query):
         p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -695,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(json.dumps(result), flush=True)
     elif args.command == "floor":
         ce = None
-        if not args.no_cross_encoder:
+        if not args.no_cross_encoder or args.rerank_with_cross_encoder:
             from benchmarks.rerankers import _minilm_cross_encoder
 
             ce = str(_minilm_cross_encoder(args.work / "minilm-l6-cross-encoder-random-head"))
@@ -705,9 +741,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             questions=str(args.questions),
             queries=args.queries,
             repeats=args.repeats,
-            cross_encoder=ce,
+            cross_encoder=None if args.rerank_with_cross_encoder or args.no_cross_encoder else ce,
+            rerank_with=ce if args.rerank_with_cross_encoder else None,
         )
-        _save(args.work, "floor", str(args.size), result)
+        key = f"{args.size}-cross-encoder" if args.rerank_with_cross_encoder else str(args.size)
+        _save(args.work, "floor", key, result)
         print(json.dumps(result), flush=True)
     print(report(args.work))
 

@@ -111,7 +111,9 @@ def test_retrieval_limit_keeps_the_first_judged_queries(beir: Path) -> None:
     assert [q.qid for q in queries] == ["q1", "q2"]
 
 
-def test_scaling_benchmark_builds_queries_and_reports(beir_index: Path, tmp_path: Path) -> None:
+def test_scaling_benchmark_builds_queries_and_reports(
+    beir_index: Path, tmp_path: Path, tiny_cross_encoder_dir: Path
+) -> None:
     work = tmp_path / "scale"
     # 4 real chunks + 3 synthetic, at most 5 chunks per ingestion: two ingestions; a deadline already passed
     # stops the build after the first, and the next call resumes it
@@ -135,6 +137,13 @@ def test_scaling_benchmark_builds_queries_and_reports(beir_index: Path, tmp_path
 
     f = scaling.measure_floor(data_dir, questions[:3], repeats=1, cross_encoder=None)
     assert f["queries"] == 2 and f["floor_ms_p50"] > 0 and f["ratio"] > 0
+    assert f["floor_all_calls_ms_p50"] > 0 and f["reranked_pairs_p50"] > 0
     scaling._save(work, "floor", "7", f)
+    # the pipeline reranking with a cross-encoder, timed against that model's forward time for the same pairs
+    ce = scaling.measure_floor(data_dir, questions[:3], repeats=1, cross_encoder=None, rerank_with=tiny_cross_encoder_dir)
+    assert ce["reranker"] == f"cross-encoder:{tiny_cross_encoder_dir.name}"
+    assert ce["reranked_pairs_p50"] > 0 and ce["floor_all_calls_ms_p50"] > 0 and ce["ratio_to_all_calls"] > 0
+    scaling._save(work, "floor", "7-cross-encoder", ce)
     table = scaling.report(work)
     assert "end to end (no generator)" in table and "ratio" in table
+    assert "Every model call of the request replayed" in table and "cross-encoder:" in table
