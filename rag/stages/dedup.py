@@ -69,10 +69,25 @@ def remove_near_duplicates(
     return [cands[i] for i in kept], dropped
 
 
+# odd 64-bit multipliers: a shingle's key mixes its words' hashes by position, so "a b c" and "c b a" differ
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
+
+
 @functools.lru_cache(maxsize=50_000)
-def _shingle_keys(text: str) -> np.ndarray:
-    """The passage's shingles as 64-bit hashes (one per distinct shingle), computed once per text."""
-    return np.fromiter((hash(g) for g in shingles(text)), dtype=np.int64)
+def _shingle_keys(text: str, size: int = 3) -> np.ndarray:
+    """The passage's shingles (those of ``shingles``) as 64-bit keys, one per distinct shingle, computed once
+    per text with array arithmetic over the words' hashes instead of building a tuple per shingle."""
+    words = _WORD.findall(normalize(text).lower())
+    if not words:
+        return np.zeros(0, dtype=np.uint64)
+    h = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
+    if len(words) < size:  # a text shorter than ``size`` is one shingle
+        return np.array([np.bitwise_xor.reduce(h[: len(words)] * np.array(_MIX[: len(words)]))], dtype=np.uint64)
+    n = len(words) - size + 1
+    keys = h[:n] * _MIX[0]
+    for i in range(1, size):
+        keys = keys ^ (h[i : i + n] * _MIX[i % len(_MIX)])
+    return np.unique(keys)
 
 
 def _shared_counts(keys: Sequence[np.ndarray]) -> np.ndarray:

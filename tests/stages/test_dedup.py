@@ -156,3 +156,21 @@ def test_the_shared_count_product_agrees_with_pairwise_overlap() -> None:
         expected_kept, expected_dropped = _pairwise_reference(cands, threshold)
         assert ids(kept) == expected_kept
         assert [(d.chunk_id, d.reason) for d in dropped] == expected_dropped
+
+
+def test_shingle_keys_count_exactly_the_shared_shingles() -> None:
+    """The array keys dedup scores with agree with the shingle sets: same sizes, same shared counts."""
+    import itertools
+    import random
+
+    from rag.stages.dedup import _shared_counts, _shingle_keys
+
+    rng = random.Random(7)
+    vocab = ["refund", "days", "45", "the", "a", "receipt", "item", "within", "Refund", "of"]
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30))) for _ in range(40)]
+    texts += ["", "one", "two words", "a b c", "c b a", "b a c", RULE, RULE.lower()]
+    keys = [_shingle_keys(t) for t in texts]
+    shared = _shared_counts(keys)
+    for (i, a), (j, b) in itertools.product(enumerate(texts), repeat=2):
+        assert len(keys[i]) == len(shingles(a))
+        assert shared[i, j] == len(shingles(a) & shingles(b)), (a, b)
