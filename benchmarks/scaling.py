@@ -4,6 +4,7 @@ of ingestion and of the query process, at several index sizes.
     python -m benchmarks.scaling build --sizes 1000 10000 100000 --base DATA_DIR [--work DIR]
     python -m benchmarks.scaling query --sizes 1000 10000 100000 [--work DIR] [--queries 40] [--clients 4]
     python -m benchmarks.scaling floor --size 10000 [--work DIR] [--no-cross-encoder]
+    python -m benchmarks.scaling floor --size 10000 --queries 10 --repeats 3 --rerank-with-cross-encoder
     python -m benchmarks.scaling report [--work DIR]          # the tables, from WORK/results.json
 
 ``--base`` is a data directory holding the SciFact corpus ingested by the app (``rag ingest
@@ -29,8 +30,10 @@ process's own. Query texts are SciFact claims, each asked once per process (the 
 by text); the generator is excluded from end to end as in ``benchmarks/query.py``. Throughput: ``--clients``
 threads calling ``Pipeline.ask`` on one shared Pipeline. The floor: the query-embedding forward and the
 reranker's scoring of the same candidates, each in a tight loop, against the end-to-end p50 on the same
-questions; a MiniLM-L6-sized cross-encoder over 40 pairs is timed as a reference (random head: latency only).
-Every command adds its figures to ``WORK/results.json``.
+questions, and every model call each request made replayed in a tight loop (the forward time of the same pairs);
+a MiniLM-L6-sized cross-encoder over 40 pairs is timed as a reference (random head: latency only).
+``--rerank-with-cross-encoder`` runs the pipeline itself with that cross-encoder as its reranker (the floor as
+a cross-encoder pipeline has it; saved under ``SIZE-cross-encoder``). Every command adds its figures to ``WORK/results.json``.
 """
 
 from __future__ import annotations
