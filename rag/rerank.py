@@ -425,7 +425,9 @@ class FeatureReranker:
         self.sentence_vectors = sentence_vectors
         self.query_vector = query_vector
         self.passage_tokens = passage_tokens
-        self._stored: dict[str, _Passage] = {}  # passages built from stored tokens, by chunk id
+        # passages built from stored tokens, by (chunk id, title, section): an id derives from the chunk's
+        # document and text, and a metadata edit can retitle the same text
+        self._stored: dict[tuple[str, str, str], _Passage] = {}
         self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
         self._unit_vectors: dict[str, np.ndarray] = {}
         self._query_cache: dict[str, np.ndarray] = {}
@@ -485,13 +487,15 @@ class FeatureReranker:
         return [v for v in found if v is not None]
 
     def _passages(self, candidates: Sequence[Candidate]) -> list[_Passage] | None:
-        """Each candidate's tokens from ``passage_tokens`` (cached by chunk id: an id derives from its chunk's
-        content), tokenising only chunks the provider lacks; None without a provider."""
+        """Each candidate's tokens from ``passage_tokens`` (cached), tokenising only chunks the provider lacks;
+        None without a provider."""
         if self.passage_tokens is None:
             return None
         out = []
         for c in candidates:
-            passage = self._stored.get(c.chunk_id)
+            chunk = c.chunk
+            key = (c.chunk_id, chunk.title, chunk.section)
+            passage = self._stored.get(key)
             if passage is None:
                 tokens = self.passage_tokens(c.chunk_id)
                 if tokens is None:
@@ -499,10 +503,7 @@ class FeatureReranker:
                 else:
                     if len(self._stored) >= self._CACHE_LIMIT:
                         self._stored.clear()
-                    chunk = c.chunk
-                    passage = self._stored[c.chunk_id] = _make_passage(
-                        chunk.title, chunk.section, chunk.text, list(tokens)
-                    )
+                    passage = self._stored[key] = _make_passage(chunk.title, chunk.section, chunk.text, list(tokens))
             out.append(passage)
         return out
 

@@ -6,6 +6,7 @@ the cross-encoder is a tiny BERT the test builds and saves itself.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import threading
@@ -523,6 +524,12 @@ def test_feature_reranker_reads_stored_passage_tokens_with_identical_scores() ->
     np.testing.assert_array_equal(fed.features(QUESTION, cands), plain.features(QUESTION, cands))
     assert [c.chunk_id for c in fed.rerank(QUESTION, cands)] == [c.chunk_id for c in plain.rerank(QUESTION, cands)]
     assert set(asked) == {c.chunk_id for c in cands}
+    # a metadata edit retitles the same text (same chunk id): its new tokens are read, not the cached ones
+    retitled = [c.with_(chunk=dataclasses.replace(c.chunk, title="Holiday calendar")) for c in cands]
+    stored.update(
+        {c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in retitled}
+    )
+    np.testing.assert_array_equal(fed.features(QUESTION, retitled), plain.features(QUESTION, retitled))
     # wrong tokens change the lexical features: the provider's tokens are what is scored
     fake = FeatureReranker(embedder=HashEmbedder(), passage_tokens=lambda _: ["unrelated"])
     assert not np.array_equal(fake.features(QUESTION + " x", cands), plain.features(QUESTION + " x", cands))
