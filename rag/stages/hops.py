@@ -42,6 +42,7 @@ _IDENTIFIER = re.compile(
 )
 _QUOTED = re.compile(r"[\"“]([^\"”]{3,80})[\"”]")
 _DEFINED = re.compile(r"[\"“]?([A-Za-z][\w \-]{2,60}?)[\"”]?\s+(?:means|is defined as|refers to)\b")
+_DEFINING = ("means", "is defined as", "refers to")  # _DEFINED cannot match a sentence without one of them
 _TRAILING_CONNECTOR = re.compile(rf"(?:\s+{_CONNECTOR})+$")
 # Addresses carry capitals and ids that name nothing: "(https://trello.com/c/Lpz7sc8d)", "EISD@epa.gov".
 _ADDRESS = re.compile(r"\]\([^)]*\)|https?://\S+|www\.\S+|\S+@\S+\.\w+")
@@ -89,8 +90,9 @@ def _sentence_terms(sentence: str) -> tuple[str, ...]:
     found: list[tuple[int, int, str]] = []  # (kind, position, term)
     for m in _QUOTED.finditer(sentence):
         found.append((0, m.start(1), m.group(1).strip()))
-    for m in _DEFINED.finditer(sentence):
-        found.append((0, m.start(1), m.group(1).strip()))
+    if any(word in sentence for word in _DEFINING):  # _DEFINED tries ~60 characters from every letter: ~0.3 ms
+        for m in _DEFINED.finditer(sentence):
+            found.append((0, m.start(1), m.group(1).strip()))
     for m in _IDENTIFIER.finditer(sentence):
         found.append((1, m.start(), m.group(0)))
     for m in _NAME.finditer(sentence):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
     AboutIndex,
@@ -258,3 +261,38 @@ def test_run_in_headings_and_shouted_words_are_not_bridge_terms() -> None:
     # an acronym before a name is still a name: "NIST Special Publication", "EPA Chief Information Officer"
     named = bridge_terms("Which standard applies?", "Follow NIST Special Publication 800-53 as the EPA Chief Information Officer says.", limit=5)
     assert "NIST Special Publication" in named and "EPA Chief Information Officer" in named
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Form", "EXP-7", '"Qualifying', 'Equipment"', "means", "is", "defined", "as", "refers",
+                         "to", "mean", "s", "Means", "\n", "a", "desk.", "“Leave”", "-", "x" * 70]),
+        max_size=25,
+    )
+)
+def test_defined_terms_need_a_defining_word(words: list[str]) -> None:
+    """_sentence_terms runs the slow _DEFINED pattern only on sentences holding one of _DEFINING's words: it
+    cannot match anywhere else, so skipping it changes no term."""
+    from rag.stages.hops import _DEFINED, _DEFINING
+
+    sentence = " ".join(words)
+    if not any(word in sentence for word in _DEFINING):
+        assert _DEFINED.search(sentence) is None
+    assert _DEFINED.search('"Qualifying Equipment" means a desk.') is not None
+
+
+def test_skipping_the_defined_pattern_changes_no_term(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every sentence of the sample corpus's sources gives the same terms with the pattern always run."""
+    from pathlib import Path
+
+    from rag.stages import hops
+    from rag.text import split_sentences
+
+    sources = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "sources"
+    sentences = [x for f in sorted(sources.rglob("*")) if f.is_file() for x in split_sentences(f.read_text())]
+    assert len(sentences) > 200
+    fast = [hops._sentence_terms.__wrapped__(x) for x in sentences]
+    monkeypatch.setattr(hops, "_DEFINING", ("",))  # "" is in every sentence: _DEFINED always runs
+    assert [hops._sentence_terms.__wrapped__(x) for x in sentences] == fast
+    assert any(x for x in fast)
