@@ -94,7 +94,7 @@ def _sentence_terms(sentence: str) -> tuple[str, ...]:
         for m in _DEFINED.finditer(sentence):
             found.append((0, m.start(1), m.group(1).strip()))
     for m in _IDENTIFIER.finditer(sentence):
-        found.append((1, m.start(), m.group(0)))
+        found.append((1, m.start(), m.group(0).rstrip(".")))  # "on Form RW-4." names "Form RW-4"
     for m in _NAME.finditer(sentence):
         words = _TRAILING_CONNECTOR.sub("", m.group(0)).strip(" .-").split()
         opens = m.start() in starts

@@ -296,3 +296,9 @@ def test_skipping_the_defined_pattern_changes_no_term(monkeypatch) -> None:  # t
     monkeypatch.setattr(hops, "_DEFINING", ("",))  # "" is in every sentence: _DEFINED always runs
     assert [hops._sentence_terms.__wrapped__(x) for x in sentences] == fast
     assert any(x for x in fast)
+
+
+def test_an_identifier_ending_a_sentence_is_named_without_its_full_stop() -> None:
+    terms = bridge_terms("How many weeks can I work from home?", "Ask HR first, on Form RW-4.", limit=3)
+    assert "Form RW-4" in terms and "Form RW-4." not in terms
+    assert "Section 4.2" in bridge_terms("What applies?", "The limits are in Section 4.2.", limit=3)
