@@ -214,13 +214,14 @@ class Generation:
         self.manifest = Manifest.load(folder)
         self.chunks, tokens = load_chunks(folder)
         self.by_id = {c.chunk_id: c for c in self.chunks}
+        self.row_of = {c.chunk_id: i for i, c in enumerate(self.chunks)}  # chunk id -> its row in every array
         self.by_doc: dict[str, list[Chunk]] = {}
         for c in self.chunks:
             self.by_doc.setdefault(c.doc_id, []).append(c)
         for doc_chunks in self.by_doc.values():
             doc_chunks.sort(key=lambda c: c.ordinal)
         self.bm25 = BM25Index.load(folder)
-        self._tokens = _TokenStore(self.chunks, tokens, self.bm25.vocab)
+        self._tokens = _TokenStore(self.row_of, tokens, self.bm25.vocab)
         del tokens
         self.sentences = SentenceStore.load(folder)  # None for generations built before sentence vectors
         self._masks = _FilterArrays(self.chunks)
@@ -245,7 +246,7 @@ class Generation:
         Embedded Qdrant evaluates a payload filter point by point in Python (about 0.2 ms per point: 0.4 s
         per query at 2,000 chunks); the same filter as a numpy mask over this matrix costs microseconds.
         """
-        row = {c.chunk_id: i for i, c in enumerate(self.chunks)}
+        row = self.row_of
         matrix = np.zeros((len(self.chunks), self.manifest.dim), dtype=np.float32)
         seen = 0
         offset = None
@@ -284,8 +285,8 @@ class _TokenStore:
     pure Python: ~0.2 ms a word the stem cache has not seen, most of a cold rerank's time at 10k chunks).
     """
 
-    def __init__(self, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vocab: dict[str, int]) -> None:
-        self._row = {c.chunk_id: i for i, c in enumerate(chunks)}
+    def __init__(self, row_of: dict[str, int], tokens: Sequence[Sequence[str]], vocab: dict[str, int]) -> None:
+        self._row = row_of
         self._terms = [""] * len(vocab)
         for term, i in vocab.items():
             self._terms[i] = term
@@ -295,7 +296,7 @@ class _TokenStore:
         # a generation whose stored tokens do not match its chunks (or its vocabulary) keeps no tokens: the
         # reranker then tokenises as before
         self._ids: np.ndarray | None = None
-        if len(tokens) == len(chunks):
+        if len(tokens) == len(row_of):
             try:
                 self._ids = np.fromiter((vocab[t] for doc in tokens for t in doc), dtype=np.int32, count=total)
             except KeyError:
