@@ -16,10 +16,15 @@ _WORD = re.compile(r"[0-9a-z]+")
 Shingles = frozenset[tuple[str, ...]]
 
 
+def _words(text: str) -> list[str]:
+    """The words shingles are made of: the normalised, lowercased text's runs of letters and digits."""
+    return _WORD.findall(normalize(text).lower())
+
+
 @functools.lru_cache(maxsize=50_000)  # a passage comes back query after query: its shingles are computed once
 def shingles(text: str, size: int = 3) -> Shingles:
     """Word n-grams of the normalised, lowercased text; a text shorter than ``size`` is one shingle."""
-    words = _WORD.findall(normalize(text).lower())
+    words = _words(text)
     if len(words) < size:
         return frozenset({tuple(words)}) if words else frozenset()
     return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
@@ -77,7 +82,7 @@ _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(
 def _shingle_keys(text: str, size: int = 3) -> np.ndarray:
     """The passage's shingles (those of ``shingles``) as 64-bit keys, one per distinct shingle, computed once
     per text with array arithmetic over the words' hashes instead of building a tuple per shingle."""
-    words = _WORD.findall(normalize(text).lower())
+    words = _words(text)
     if not words:
         return np.zeros(0, dtype=np.uint64)
     h = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
