@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.ui.conftest import CANARY_HR, CANARY_SEC, REPO
+from tests.ui.support import free_port, healthy
 
 pytestmark = pytest.mark.browser
 
@@ -58,12 +57,6 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ui_command(port: int, data_dir: Path) -> list[str]:
     """`rag ui` when the CLI has it mounted; otherwise the same streamlit command it runs."""
     rag = shutil.which("rag") or str(Path(sys.executable).with_name("rag"))
@@ -78,7 +71,7 @@ def _ui_command(port: int, data_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAG_DATA_DIR": str(ui_data_dir), "TQDM_DISABLE": "1"}
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "ui-server.log", "w")  # noqa: SIM115
@@ -91,12 +84,8 @@ def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"the UI server exited with {proc.returncode}; see {ARTIFACTS / 'ui-server.log'}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
+            if healthy(url):
+                break
             if time.monotonic() > deadline:
                 pytest.fail(f"the UI server did not come up on {url}; see {ARTIFACTS / 'ui-server.log'}")
             time.sleep(0.5)

@@ -7,7 +7,6 @@ The server is a small fake on 127.0.0.1 that streams a fixed answer as server-se
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.ui.support import free_port
 from tests.ui.test_pages import REFUND_Q, ask, assert_clean, html_bodies, open_app, store_for
 
 ANSWER_PARTS = [
@@ -100,12 +100,6 @@ def fake_llm() -> Iterator[str]:
     server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_answer_streams_from_the_llm(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path, fake_llm: str
 ) -> None:
@@ -126,7 +120,7 @@ def test_answer_streams_from_the_llm(
 def test_unreachable_llm_is_a_warning_and_the_answer_quotes_the_evidence(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    monkeypatch.setenv("RAG_LLM_BASE_URL", f"http://127.0.0.1:{_free_port()}/v1")
+    monkeypatch.setenv("RAG_LLM_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
     monkeypatch.setenv("RAG_LLM_MAX_RETRIES", "0")
     monkeypatch.setenv("RAG_LLM_TIMEOUT_S", "5")
     at = open_app(monkeypatch, ui_data_dir, "alice")

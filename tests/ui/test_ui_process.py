@@ -6,30 +6,16 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.ui.support import free_port, healthy
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(os.name != "posix", reason="exec and SIGTERM semantics are POSIX")
@@ -37,7 +23,7 @@ def test_sigterm_to_rag_ui_stops_the_server(tmp_path: Path) -> None:
     rag = shutil.which("rag") or str(Path(sys.executable).with_name("rag"))
     if not Path(rag).exists():
         pytest.skip("the rag CLI is not installed in this environment")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "TQDM_DISABLE": "1"}
     log = open(tmp_path / "ui.log", "w")  # noqa: SIM115
@@ -47,16 +33,16 @@ def test_sigterm_to_rag_ui_stops_the_server(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 120
-        while not _healthy(url):
+        while not healthy(url):
             assert proc.poll() is None, (tmp_path / "ui.log").read_text()
             assert time.monotonic() < deadline, "the UI did not come up"
             time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)  # what docker stop / systemd send
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while _healthy(url) and time.monotonic() < deadline:
+        while healthy(url) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not _healthy(url), "the Streamlit server outlived the stopped `rag ui`"
+        assert not healthy(url), "the Streamlit server outlived the stopped `rag ui`"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, so nothing leaks
