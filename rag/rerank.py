@@ -169,14 +169,17 @@ def _passage_of(candidate: Candidate) -> _Passage:
 @functools.lru_cache(maxsize=50_000)
 def _passage(title: str, section: str, text: str) -> _Passage:
     """Tokens of a passage, computed once per text: a passage comes back in query after query (and hop)."""
-    return _make_passage(title, section, text, bm25_tokens(passage_text(title, section, text)))
+    return _make_passage(title, section, text)
 
 
-def _make_passage(title: str, section: str, text: str, tokens: list[str]) -> _Passage:
-    """``tokens`` must be ``bm25_tokens(passage_text(title, section, text))``."""
+def _make_passage(title: str, section: str, text: str, tokens: list[str] | None = None) -> _Passage:
+    """``tokens``, when given, must be ``bm25_tokens(passage_text(title, section, text))`` (as stored at
+    ingestion); otherwise they are computed here."""
+    full = passage_text(title, section, text)
+    if tokens is None:
+        tokens = bm25_tokens(full)
     head = bm25_tokens(f"{title} {section}")
-    numbers = _numbers(passage_text(title, section, text))
-    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(numbers))
+    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
 
 
 def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
