@@ -221,7 +221,7 @@ class Generation:
         for doc_chunks in self.by_doc.values():
             doc_chunks.sort(key=lambda c: c.ordinal)
         self.bm25 = BM25Index.load(folder)
-        self._tokens = _TokenStore(self.row_of, tokens, self.bm25.vocab)
+        self.token_store = _TokenStore(self.row_of, tokens, self.bm25.vocab)
         del tokens
         self.sentences = SentenceStore.load(folder)  # None for generations built before sentence vectors
         self._masks = _FilterArrays(self.chunks)
@@ -462,7 +462,7 @@ class IndexReader:
     def passage_tokens(self, chunk_id: str) -> list[str] | None:
         """``bm25_tokens(passage_text(title, section, text))`` of the chunk, as ingestion stored them (None if
         the chunk is not in the serving generation)."""
-        return self.generation._tokens.tokens(chunk_id)
+        return self.generation.token_store.tokens(chunk_id)
 
     # -- ChunkLookup
     def get(self, chunk_id: str) -> Chunk | None:
