@@ -85,6 +85,29 @@ class Settings(BaseSettings):
     # Conversation memory
     history_token_budget: int = 400
 
+    # Sign-in for the UI (ui/auth.py). Who the user is comes from the deployment, never from a choice in the page.
+    # The default is 'proxy', so a deployment that forgets the setting shows a sign-in page, never the demo
+    # picker; scripts/start.sh (the localhost demo) sets RAG_AUTH=demo, and demo refuses a non-loopback address.
+    auth: Literal["proxy", "oidc", "demo"] = Field(
+        default="proxy",
+        description="'proxy': identity headers from an authenticating reverse proxy; 'oidc': Streamlit's "
+        "st.login; 'demo': a user picker, loopback only.",
+    )
+    auth_user_header: str = Field(default="X-Forwarded-User", description="proxy mode: the user name header.")
+    auth_email_header: str = Field(default="X-Forwarded-Email", description="proxy mode: the e-mail header.")
+    auth_groups_header: str = Field(
+        default="X-Forwarded-Groups", description="proxy mode: the comma-separated groups header."
+    )
+    auth_groups_claim: str = Field(default="groups", description="oidc mode: the ID-token claim with groups.")
+    auth_sign_out_url: str = Field(
+        default="/oauth2/sign_out", description="proxy mode: where 'Sign out' goes (oauth2-proxy's endpoint)."
+    )
+    admin_group: str = Field(default="admin", description="Members see every trace, analytics, evaluation.")
+    eval_sweep_dirs: list[Path] = Field(
+        default_factory=list,
+        description="Folders of saved sweeps the Evaluation page may load, besides <data_dir>/sweeps.",
+    )
+
     @field_validator("evidence_k", "lexical_top_n", "dense_top_n", "rrf_k", "chunk_target_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:

@@ -8,6 +8,8 @@ assert store.get_trace(trace_id) == trace
 from rag.tracestore.db import current_revision, downgrade, upgrade
 from rag.tracestore.repository import (
     DatabaseNotInitialised,
+    FeedbackNotAllowed,
+    InvalidFeedback,
     InvalidTrace,
     SchemaOutOfDate,
     SessionNotFound,
@@ -17,6 +19,8 @@ from rag.tracestore.repository import (
 
 __all__ = [
     "DatabaseNotInitialised",
+    "FeedbackNotAllowed",
+    "InvalidFeedback",
     "InvalidTrace",
     "SchemaOutOfDate",
     "SessionNotFound",

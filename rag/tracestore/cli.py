@@ -135,6 +135,10 @@ def traces_list(
     doc: Annotated[
         str | None, typer.Option("--doc", help="Only answers with evidence from this doc_id.")
     ] = None,
+    feedback: Annotated[
+        str | None,
+        typer.Option("--feedback", help="Only answers rated 'up', 'down', rated at all ('any'), or not ('none')."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
     as_json: JsonOption = False,
     data_dir: DataDirOption = None,
@@ -150,6 +154,7 @@ def traces_list(
             failed_citations=True if failed_citations else None,
             doc_id=doc,
             limit=limit,
+            feedback=_feedback_filter(feedback),
         )
     if as_json:
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
@@ -166,6 +171,7 @@ def traces_list(
                 ("abstained", row["abstained"]),
                 ("failed-citation", row["has_failed_citation"]),
                 ("error", row["error"]),
+                (f"rated-{row.get('feedback')}", row.get("feedback")),
             )
             if on
         ]
@@ -198,6 +204,12 @@ def traces_list(
     console.print(table)
 
 
+def _feedback_filter(value: str | None) -> Any:
+    if value is not None and value not in ("up", "down", "any", "none"):
+        raise typer.BadParameter(f"--feedback is 'up', 'down', 'any' or 'none', not {value!r}")
+    return value
+
+
 @traces_app.command("show")
 def traces_show(
     trace_id: Annotated[str, typer.Argument(help="The trace id (see `rag traces list`).")],
@@ -221,11 +233,11 @@ def traces_export(
     until: UntilOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Full traces as JSON Lines, oldest first."""
+    """Full traces as JSON Lines, oldest first; a rated answer carries its feedback under "feedback"."""
     start, end = _parse_when(since), _parse_when(until)
     count = 0
     with _user_errors(), _store(data_dir) as store:
-        traces = store.export_traces(user=user, since=start, until=end)
+        traces = store.export_traces(user=user, since=start, until=end, with_feedback=True)
         if out is None:
             for trace in traces:
                 sys.stdout.write(json.dumps(trace, ensure_ascii=False) + "\n")
@@ -262,7 +274,16 @@ def traces_import(
                     continue
                 except TraceNotFound:
                     pass
+                feedback = trace.pop("feedback", None) if isinstance(trace, dict) else None
                 store.save_trace(trace)
+                if isinstance(feedback, dict) and feedback.get("rating"):
+                    store.set_feedback(
+                        str(trace.get("trace_id")),
+                        str(feedback.get("user") or trace.get("user")),
+                        str(feedback["rating"]),
+                        reason=feedback.get("reason"),
+                        comment=feedback.get("comment"),
+                    )
                 imported += 1
         finally:
             if lines is not sys.stdin:

@@ -335,6 +335,34 @@ class MemoryFact(Base):
     )
 
 
+FEEDBACK_RATINGS = ("up", "down")
+FEEDBACK_REASONS = ("wrong", "incomplete", "outdated", "did_not_answer", "other")
+
+
+class Feedback(Base):
+    """A user's thumbs up or down on one of their own answers, with an optional reason. One per trace: the
+    trace's user may change it (``updated_at``) or withdraw it (the row is deleted)."""
+
+    __tablename__ = "feedback"
+
+    trace_id: Mapped[str] = mapped_column(_trace_fk(), primary_key=True)
+    user: Mapped[str] = mapped_column(String)
+    rating: Mapped[str] = mapped_column(String(8))
+    reason: Mapped[str | None] = mapped_column(String(32))
+    comment: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (
+        CheckConstraint("rating IN ('up', 'down')", name="rating"),
+        CheckConstraint(
+            "reason IS NULL OR reason IN ('wrong', 'incomplete', 'outdated', 'did_not_answer', 'other')",
+            name="reason",
+        ),
+        Index("ix_feedback_rating_updated_at", "rating", "updated_at"),
+    )
+
+
 TRACE_TABLES = (
     Answer,
     AnswerDocument,
@@ -348,4 +376,5 @@ TRACE_TABLES = (
     BundleMember,
     Prompt,
     Citation,
+    Feedback,
 )

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, and_, func, insert, or_, select, text, update
+from sqlalchemy import Connection, Engine, Table, and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import aliased
 
-from rag.errors import RagError, StorageError
+from rag.errors import AccessError, RagError, StorageError
 from rag.tracestore import models as m
 from rag.tracestore.db import (
     describe_db_error,
@@ -82,6 +83,18 @@ class DatabaseNotInitialised(StorageError):
 
 class SchemaOutOfDate(StorageError):
     """The database schema is at a different migration than this code expects."""
+
+
+class FeedbackNotAllowed(AccessError):
+    """Feedback on a trace that is not the caller's own."""
+
+
+class InvalidFeedback(StorageError):
+    """A rating, reason or comment the feedback table cannot take."""
+
+
+FEEDBACK_COMMENT_CHARS = 2000
+FeedbackFilter = Literal["up", "down", "none", "any"]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -806,6 +819,7 @@ class TraceStore:
         abstained: bool | None,
         failed_citations: bool | None,
         doc_id: str | None,
+        feedback: FeedbackFilter | None = None,
     ) -> list[Any]:
         a = m.Answer
         where: list[Any] = []
@@ -824,6 +838,17 @@ class TraceStore:
             where.append(
                 select(docs.trace_id).where(docs.trace_id == a.trace_id, docs.doc_id == doc_id).exists()
             )
+        if feedback is not None:
+            fb = aliased(m.Feedback)  # the listing also joins Feedback: the subquery must not correlate to it
+            given = select(fb.trace_id).where(fb.trace_id == a.trace_id).correlate(a)
+            if feedback in ("up", "down"):
+                where.append(given.where(fb.rating == feedback).exists())
+            elif feedback == "any":
+                where.append(given.exists())
+            elif feedback == "none":
+                where.append(~given.exists())
+            else:
+                raise ValueError(f"feedback must be 'up', 'down', 'any' or 'none', not {feedback!r}")
         return where
 
     def list_traces(
@@ -836,13 +861,15 @@ class TraceStore:
         doc_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        feedback: FeedbackFilter | None = None,
     ) -> list[dict[str, Any]]:
         """Summary rows, newest first. ``since`` is inclusive; ``until`` is exclusive, or a whole day for a date.
 
         ``failed_citations=True``: answers with a citation that is invalid or unsupported. ``doc_id``: answers
         whose evidence came (partly) from that document. Each row: trace_id, created_at (ISO), user, question,
         answer (first 200 characters), abstained, abstain_reason, has_failed_citation, error, model, total_ms,
-        session_id.
+        session_id, feedback (``"up"``, ``"down"`` or None) and feedback_reason. ``feedback``: ``"up"`` /
+        ``"down"`` (rated so), ``"any"`` (rated), ``"none"`` (not rated).
         """
         where = self._filters(
             user=user,
@@ -851,8 +878,9 @@ class TraceStore:
             abstained=abstained,
             failed_citations=failed_citations,
             doc_id=doc_id,
+            feedback=feedback,
         )
-        a = m.Answer
+        a, fb = m.Answer, m.Feedback
         stmt = (
             select(
                 a.trace_id,
@@ -867,7 +895,10 @@ class TraceStore:
                 a.model,
                 a.total_ms,
                 a.session_id,
+                fb.rating.label("feedback"),
+                fb.reason.label("feedback_reason"),
             )
+            .outerjoin(fb, fb.trace_id == a.trace_id)
             .where(*where)
             .order_by(a.created_at.desc(), a.trace_id.desc())
             .limit(limit)
@@ -886,6 +917,7 @@ class TraceStore:
         abstained: bool | None = None,
         failed_citations: bool | None = None,
         doc_id: str | None = None,
+        feedback: FeedbackFilter | None = None,
     ) -> int:
         """How many traces ``list_traces`` would page through with these filters."""
         where = self._filters(
@@ -895,6 +927,7 @@ class TraceStore:
             abstained=abstained,
             failed_citations=failed_citations,
             doc_id=doc_id,
+            feedback=feedback,
         )
         stmt = select(func.count()).select_from(m.Answer).where(*where)
         return int(self._read("count traces", lambda conn: conn.execute(stmt).scalar_one()))
@@ -908,8 +941,14 @@ class TraceStore:
         failed_citations: bool | None = None,
         doc_id: str | None = None,
         batch_size: int = 100,
+        feedback: FeedbackFilter | None = None,
+        with_feedback: bool = False,
     ) -> Iterator[Trace]:
-        """Full traces, oldest first, read in batches (short transactions, so writers are not held up)."""
+        """Full traces, oldest first, read in batches (short transactions, so writers are not held up).
+
+        ``with_feedback``: a rated trace carries its feedback under the key ``"feedback"`` (what
+        ``rag traces export`` writes and ``rag traces import`` restores); without it, traces are as written.
+        """
         where = self._filters(
             user=user,
             since=since,
@@ -917,6 +956,7 @@ class TraceStore:
             abstained=abstained,
             failed_citations=failed_citations,
             doc_id=doc_id,
+            feedback=feedback,
         )
         a = m.Answer
         last: tuple[datetime, str] | None = None
@@ -928,17 +968,214 @@ class TraceStore:
                 )
             page = page.order_by(a.created_at, a.trace_id).limit(batch_size)
 
-            def fetch(conn: Connection, page: Any = page) -> tuple[list[Any], dict[str, Trace]]:
+            def fetch(
+                conn: Connection, page: Any = page
+            ) -> tuple[list[Any], dict[str, Trace], dict[str, dict[str, Any]]]:
                 keys = list(conn.execute(page))
-                return keys, self._load(conn, [k.trace_id for k in keys])
+                ids = [k.trace_id for k in keys]
+                rated = self._feedback_rows(conn, ids) if with_feedback else {}
+                return keys, self._load(conn, ids), rated
 
-            keys, traces = self._read("export traces", fetch)
+            keys, traces, rated = self._read("export traces", fetch)
             for key in keys:
                 if key.trace_id in traces:
-                    yield traces[key.trace_id]
+                    trace = traces[key.trace_id]
+                    if key.trace_id in rated:
+                        trace = {**trace, "feedback": rated[key.trace_id]}
+                    yield trace
             if len(keys) < batch_size:
                 return
             last = (keys[-1].created_at, keys[-1].trace_id)
+
+    # -- feedback ----------------------------------------------------------------------------------------------
+
+    def set_feedback(
+        self,
+        trace_id: str,
+        user: str,
+        rating: str,
+        reason: str | None = None,
+        comment: str | None = None,
+    ) -> dict[str, Any]:
+        """Rate one of ``user``'s own answers (``"up"`` or ``"down"``, with an optional reason and comment);
+        a second call changes the rating. Raises FeedbackNotAllowed when the trace is another user's and
+        TraceNotFound for an unknown id: the check is here, not only in the UI."""
+        if rating not in m.FEEDBACK_RATINGS:
+            raise InvalidFeedback(f"A rating is 'up' or 'down', not {rating!r}.")
+        if reason is not None and reason not in m.FEEDBACK_REASONS:
+            raise InvalidFeedback(
+                f"Unknown feedback reason {reason!r}.", hint="One of: " + ", ".join(m.FEEDBACK_REASONS) + "."
+            )
+        comment = (comment or "").strip() or None
+        if comment is not None and (len(comment) > FEEDBACK_COMMENT_CHARS or "\x00" in comment):
+            raise InvalidFeedback(
+                f"A feedback comment holds at most {FEEDBACK_COMMENT_CHARS} characters (and no NUL)."
+            )
+        fb = m.Feedback
+
+        def write(conn: Connection) -> dict[str, Any]:
+            self._require_own_trace(conn, trace_id, user)
+            now = datetime.now(UTC)
+            values = {"rating": rating, "reason": reason, "comment": comment, "updated_at": now}
+            row = {"trace_id": trace_id, "user": user, "created_at": now, **values}
+            dialect = conn.dialect.name
+            if dialect in ("postgresql", "sqlite"):
+                stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(_table(fb)).values(**row)
+                conn.execute(stmt.on_conflict_do_update(index_elements=["trace_id"], set_=values))
+            elif conn.execute(select(fb.trace_id).where(fb.trace_id == trace_id)).first() is None:
+                conn.execute(insert(fb).values(**row))
+            else:
+                conn.execute(update(fb).where(fb.trace_id == trace_id).values(**values))
+            return self._feedback_rows(conn, [trace_id])[trace_id]
+
+        return self._write("save the feedback", write, retry_on=(IntegrityError,))
+
+    def clear_feedback(self, trace_id: str, user: str) -> bool:
+        """Withdraw ``user``'s feedback on their own answer; False when there was none."""
+        fb = m.Feedback
+
+        def write(conn: Connection) -> bool:
+            self._require_own_trace(conn, trace_id, user)
+            return bool(conn.execute(delete(fb).where(fb.trace_id == trace_id)).rowcount)
+
+        return self._write("withdraw the feedback", write)
+
+    def get_feedback(self, trace_id: str) -> dict[str, Any] | None:
+        """The feedback on a trace (trace_id, user, rating, reason, comment, created_at, updated_at), or None."""
+        rows = self._read("read the feedback", lambda conn: self._feedback_rows(conn, [trace_id]))
+        return rows.get(trace_id)
+
+    @staticmethod
+    def _require_own_trace(conn: Connection, trace_id: str, user: str) -> None:
+        owner = conn.execute(select(m.Answer.user).where(m.Answer.trace_id == trace_id)).first()
+        if owner is None:
+            raise TraceNotFound(f"No trace with id {trace_id!r}.")
+        if owner.user != user:
+            raise FeedbackNotAllowed(
+                "Feedback can only be given on your own answers.",
+                hint="Open the answer as the user who asked it.",
+            )
+
+    @staticmethod
+    def _feedback_rows(conn: Connection, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        fb = _table(m.Feedback)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(trace_ids), 500):
+            batch = list(trace_ids[start : start + 500])
+            for row in conn.execute(select(fb).where(fb.c.trace_id.in_(batch))).mappings():
+                out[row["trace_id"]] = {
+                    **row,
+                    "created_at": _iso(row["created_at"]),
+                    "updated_at": _iso(row["updated_at"]),
+                }
+        return out
+
+    # -- analytics ---------------------------------------------------------------------------------------------
+
+    def list_users(self) -> list[str]:
+        """Every user who has a stored answer, sorted (the trace explorer's user filter for admins)."""
+        a = m.Answer
+        stmt = select(a.user).where(a.user.is_not(None)).distinct().order_by(a.user)
+        return [r.user for r in self._read("list users", lambda conn: list(conn.execute(stmt)))]
+
+    def daily_stats(self, since: TimeBound = None, until: TimeBound = None) -> list[dict[str, Any]]:
+        """Per UTC day with answers, oldest first: day (ISO date), questions, abstained, failed_citations,
+        errors, thumbs_up, thumbs_down (feedback on that day's answers)."""
+        a, fb = m.Answer, m.Feedback
+        where = self._filters(
+            user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
+        )
+        stmt = (
+            select(a.created_at, a.abstained, a.has_failed_citation, a.error, fb.rating)
+            .outerjoin(fb, fb.trace_id == a.trace_id)
+            .where(*where)
+        )
+        # The day is cut in Python: the columns hold UTC on both backends, but SQL date functions differ.
+        days: dict[str, dict[str, Any]] = {}
+        for row in self._read("count answers per day", lambda conn: list(conn.execute(stmt))):
+            day = _as_datetime(row.created_at).date().isoformat()  # type: ignore[union-attr]
+            d = days.setdefault(
+                day,
+                {
+                    "day": day,
+                    "questions": 0,
+                    "abstained": 0,
+                    "failed_citations": 0,
+                    "errors": 0,
+                    "thumbs_up": 0,
+                    "thumbs_down": 0,
+                },
+            )
+            d["questions"] += 1
+            d["abstained"] += bool(row.abstained)
+            d["failed_citations"] += bool(row.has_failed_citation)
+            d["errors"] += bool(row.error)
+            d["thumbs_up"] += row.rating == "up"
+            d["thumbs_down"] += row.rating == "down"
+        return [days[k] for k in sorted(days)]
+
+    def feedback_reasons(self, since: TimeBound = None, until: TimeBound = None) -> dict[str, int]:
+        """Down-votes per reason (``"none"`` for a down-vote without one) on answers in the window."""
+        a, fb = m.Answer, m.Feedback
+        where = self._filters(
+            user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
+        )
+        stmt = (
+            select(fb.reason, func.count().label("n"))
+            .join(a, a.trace_id == fb.trace_id)
+            .where(fb.rating == "down", *where)
+            .group_by(fb.reason)
+        )
+        rows = self._read("count feedback reasons", lambda conn: list(conn.execute(stmt)))
+        return {str(r.reason or "none"): int(r.n) for r in rows}
+
+    def gap_questions(
+        self, since: TimeBound = None, until: TimeBound = None, limit: int = 2000
+    ) -> list[dict[str, Any]]:
+        """Questions the bot did not answer well, newest first: abstained, or rated down by their user.
+        Each: trace_id, created_at, user, question, abstained, feedback, feedback_reason, feedback_comment."""
+        a, fb = m.Answer, m.Feedback
+        where = self._filters(
+            user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
+        )
+        stmt = (
+            select(
+                a.trace_id,
+                a.created_at,
+                a.user,
+                a.question,
+                a.abstained,
+                fb.rating.label("feedback"),
+                fb.reason.label("feedback_reason"),
+                fb.comment.label("feedback_comment"),
+            )
+            .outerjoin(fb, fb.trace_id == a.trace_id)
+            .where(or_(a.abstained.is_(True), fb.rating == "down"), a.question.is_not(None), *where)
+            .order_by(a.created_at.desc(), a.trace_id.desc())
+            .limit(limit)
+        )
+        rows = self._read("list unanswered questions", lambda conn: list(conn.execute(stmt).mappings()))
+        return [{**r, "abstained": bool(r["abstained"]), "created_at": _iso(r["created_at"])} for r in rows]
+
+    def cited_documents(self, since: TimeBound = None, until: TimeBound = None) -> dict[str, dict[str, Any]]:
+        """doc_id -> {"title", "answers"}: how many answers in the window cite a passage of the document."""
+        a, ev, snap = m.Answer, m.TraceEvidence, m.ChunkSnapshot
+        where = self._filters(
+            user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
+        )
+        stmt = (
+            select(
+                snap.doc_id,
+                func.max(snap.title).label("title"),
+                func.count(func.distinct(ev.trace_id)).label("answers"),
+            )
+            .join(ev, ev.chunk_id == snap.chunk_id)
+            .join(a, a.trace_id == ev.trace_id)
+            .where(ev.cited.is_(True), snap.doc_id.is_not(None), *where)
+            .group_by(snap.doc_id)
+        )
+        rows = self._read("count cited documents", lambda conn: list(conn.execute(stmt)))
+        return {str(r.doc_id): {"title": r.title, "answers": int(r.answers)} for r in rows}
 
     # -- chat --------------------------------------------------------------------------------------------------
 

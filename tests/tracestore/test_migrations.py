@@ -24,8 +24,40 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_head_is_the_initial_revision() -> None:
-    assert head_revision() == "0001"
+def test_head_is_the_feedback_revision() -> None:
+    assert head_revision() == "0002"
+
+
+def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) -> None:
+    """0001 -> 0002 adds only the feedback table; 0002 -> 0001 drops only it; traces survive both ways."""
+    upgrade(store_url, "0001")
+    assert _tables(store_url) == MODEL_TABLES - {"feedback"} | {"alembic_version"}
+    trace = make_trace(seed=3)
+    engine = make_engine(store_url)
+    try:  # a trace written by a 0001-era store: insert the answers row directly (the store checks the head)
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO answers (trace_id, created_at, \"user\", question, has_failed_citation) "
+                    "VALUES (:t, :c, 'alice', 'q?', false)"
+                ),
+                {"t": trace["trace_id"], "c": "2025-03-01 09:00:00"},
+            )
+    finally:
+        engine.dispose()
+    assert upgrade(store_url) == "0002"
+    with TraceStore(store_url) as store:
+        assert store.count_traces() == 1
+        store.set_feedback(trace["trace_id"], "alice", "down", reason="outdated")
+        assert store.get_feedback(trace["trace_id"])["reason"] == "outdated"
+    assert downgrade(store_url, "0001") == "0001"
+    assert "feedback" not in _tables(store_url)
+    engine = make_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
+    finally:
+        engine.dispose()
 
 
 def test_upgrade_downgrade_upgrade_round_trip(store_url: str) -> None:

@@ -192,6 +192,8 @@ def test_list_rows_are_summaries(store: TraceStore, populated: dict[str, dict]) 
         "model": trace["model"],
         "total_ms": trace["timings_ms"]["total"],
         "session_id": None,
+        "feedback": None,
+        "feedback_reason": None,
     }
 
 
