@@ -14,6 +14,8 @@ if [ "${1:-}" = "--llm" ]; then
   export RAG_LLM_BASE_URL=http://127.0.0.1:8765/v1
 fi
 if rag ui --help >/dev/null 2>&1; then
+  # The localhost demo signs in with a user picker; a deployment sets RAG_AUTH=proxy or oidc (docs/ui.md).
+  export RAG_AUTH=demo
   exec rag ui
 fi
 rag ask "How long do customers have to return an item, and are gift cards refundable?" --user demo --groups staff

@@ -1,8 +1,11 @@
 """The support bot's Streamlit app: ``rag ui`` (or ``streamlit run ui/app.py``).
 
-Sign-in is a stand-in: the sidebar lets you pick a user from ``<data_dir>/users.json`` (or the demo users); in
-production this is where single sign-on would supply the user and their groups. Every page reads the principal
-from here, and it flows into ``Question(principal=...)`` exactly as ``rag ask --user --groups`` does.
+Sign-in comes from the deployment (``RAG_AUTH``, see ui/auth.py): ``proxy`` (identity headers from an
+authenticating reverse proxy, the default), ``oidc`` (Streamlit's ``st.login``) or ``demo`` (a labelled user
+picker, loopback only; scripts/start.sh sets it). Nobody signed in: a sign-in page, no chat and no answers.
+Every page reads the principal from here, and it flows into ``Question(principal=...)`` exactly as
+``rag ask --user --groups`` does. The admin pages (analytics, evaluation) are listed for the admin group only,
+and refuse anyone else themselves.
 """
 
 from __future__ import annotations
@@ -28,24 +31,35 @@ PAGES = [
     st.Page("views/chat.py", title="Chat", icon=":material/chat:", url_path="chat", default=True),
     st.Page("views/traces.py", title="Trace explorer", icon=":material/manage_search:", url_path="traces"),
     st.Page("views/documents.py", title="Documents", icon=":material/description:", url_path="documents"),
+]
+ADMIN_PAGES = [
+    st.Page("views/analytics.py", title="Analytics", icon=":material/insights:", url_path="analytics"),
     st.Page("views/evaluation.py", title="Evaluation", icon=":material/monitoring:", url_path="evaluation"),
 ]
 
-page = st.navigation(PAGES)
-signed_in = False
+principal = page = None
 with services.page_guard():
     settings = services.get_settings()
-    services.sign_in_sidebar(settings)
-    with st.sidebar:
-        st.caption(
-            f"Data: `{settings.data_dir}` · generation: "
-            + (
-                "LLM `" + settings.llm_model + "`"
-                if settings.llm_configured
-                else "extractive (no LLM configured)"
+    st.session_state[services.APP_SIGNS_IN] = True
+    principal = services.sign_in_sidebar(settings)
+    if principal is None:
+        # Every page stays routable (a bookmarked /traces keeps its address), but none runs: sign in first.
+        st.navigation(PAGES + ADMIN_PAGES, position="hidden")
+        services.render_sign_in(settings)
+    else:
+        admin = services.is_admin(principal, settings)
+        page = st.navigation(PAGES + (ADMIN_PAGES if admin else []))
+        with st.sidebar:
+            st.caption(
+                f"Data: `{settings.data_dir}` · generation: "
+                + (
+                    "LLM `" + settings.llm_model + "`"
+                    if settings.llm_configured
+                    else "extractive (no LLM configured)"
+                )
             )
-        )
-    signed_in = True
-if not signed_in:
+        if settings.auth == "demo":
+            st.badge("Demo sign-in: pick a user in the sidebar", icon=":material/science:", color="orange")
+if principal is None or page is None:
     st.stop()
 page.run()

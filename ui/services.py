@@ -30,14 +30,15 @@ from rag.errors import (
     StorageError,
 )
 from rag.types import Principal
+from ui import auth
 
-ADMIN_GROUP = "admin"
 USERS_FILE = "users.json"
-# Stand-in for single sign-on: the demo users of the sample corpus and their groups.
+# Demo mode only (RAG_AUTH=demo): the demo users of the sample corpus and their groups.
 DEMO_USERS: dict[str, frozenset[str]] = {
     "alice": frozenset({"staff"}),
     "hana": frozenset({"staff", "hr"}),
     "sam": frozenset({"staff", "security"}),
+    "olga": frozenset({"staff", "admin"}),  # the demo's administrator: traces of all, analytics, evaluation
 }
 NOTHING_INDEXED = "Nothing indexed yet: run `rag ingest PATH` to index the policy documents."
 DB_NOT_READY = "The trace database is not initialised: run `rag db upgrade`."
@@ -78,44 +79,180 @@ def load_users(settings: Settings) -> dict[str, frozenset[str]]:
     return users
 
 
-def is_admin(principal: Principal) -> bool:
-    return ADMIN_GROUP in principal.groups
+def is_admin(principal: Principal, settings: Settings | None = None) -> bool:
+    """Whether the principal is in the admin group (``RAG_ADMIN_GROUP``) of its identity."""
+    return auth.is_admin(principal, settings or get_settings())
 
 
-def sign_in_sidebar(settings: Settings) -> Principal:
-    """The sidebar user picker (a stand-in for single sign-on) and the principal it yields."""
+# Set by ui/app.py, which signs every run in before the page runs (a page run on its own signs in itself).
+APP_SIGNS_IN = "auth_app_signs_in"
+# Session keys that hold one user's conversation, open traces, feedback and admin views.
+USER_STATE_PREFIXES = ("chat_", "trace_", "replay_", "feedback_", "analytics_", "eval_")
+
+
+def _switch_user(user: str) -> None:
+    """A different user must never see the previous user's conversation, open traces or feedback state."""
+    if st.session_state.get("user") != user:
+        for key in [k for k in st.session_state if str(k).startswith(USER_STATE_PREFIXES)]:
+            del st.session_state[key]
+    st.session_state["user"] = user
+
+
+def request_headers() -> Any:
+    """The HTTP headers of this session's request (st.context.headers: repeated headers kept)."""
+    try:
+        return st.context.headers
+    except Exception:  # no request context (a bare script run)
+        return {}
+
+
+def current_identity(settings: Settings) -> auth.Identity | None:
+    """Who is signed in, from the deployment: proxy headers, st.user, or (demo) the picker's choice.
+
+    Reads; renders nothing. Proxy headers are read in proxy mode only.
+    """
+    if settings.auth == "proxy":
+        return auth.identity_from_headers(request_headers(), settings)
+    if settings.auth == "oidc":
+        try:
+            info = st.user.to_dict()
+        except Exception:
+            info = {}
+        return auth.identity_from_user_info(info, settings)
+    if auth.demo_refusal(st.get_option("server.address"), request_headers()) is not None:
+        return None
+    users = load_users(settings)
+    name = st.session_state.get("user_select") or st.session_state.get("user")
+    if isinstance(name, str) and name in users:
+        return auth.Identity(Principal(name, users[name]), mode="demo")
+    return None
+
+
+def sign_in_sidebar(settings: Settings) -> Principal | None:
+    """Sign the session in and show who it is in the sidebar; None when nobody is signed in.
+
+    Demo mode shows the user picker, labelled as a demo; proxy and OIDC modes show the identity the
+    deployment sent, with no way to choose a user or groups.
+    """
+    if settings.auth == "demo":
+        return _demo_picker(settings)
+    identity = current_identity(settings)
+    if identity is None:
+        return None
+    _switch_user(identity.user)
+    principal = identity.principal
+    st.session_state["principal"] = principal
+    with st.sidebar:
+        st.markdown(f"**Signed in as** {_md_text(identity.user)}")
+        if identity.email and identity.email != identity.user:
+            st.caption(_md_text(identity.email))
+        st.caption("Groups: " + (_md_text(", ".join(sorted(principal.groups))) or "(none)"))
+        if settings.auth == "oidc":
+            if st.button("Sign out", key="auth_sign_out", icon=":material/logout:", type="tertiary"):
+                st.logout()
+        elif settings.auth_sign_out_url:
+            st.markdown(f"[Sign out]({settings.auth_sign_out_url})")
+    return principal
+
+
+def _md_text(text: str) -> str:
+    from ui.components import escape_md
+
+    return escape_md(text)
+
+
+def _demo_picker(settings: Settings) -> Principal | None:
+    refusal = auth.demo_refusal(st.get_option("server.address"), request_headers())
+    if refusal is not None:
+        return None
     users = load_users(settings)
     names = sorted(users)
     current = st.session_state.get("user")
     index = names.index(current) if current in names else 0
     with st.sidebar:
+        st.warning(
+            "**Demo sign-in**: anyone can pick any user here. For a deployment, set `RAG_AUTH=proxy` or "
+            "`RAG_AUTH=oidc` (docs/ui.md).",
+            icon=":material/science:",
+        )
         st.markdown("**Signed in as**")
         name = st.selectbox(
-            "User",
+            "User (demo)",
             names,
             index=index,
             key="user_select",
-            help="Stand-in for single sign-on: pick who you are. Your groups decide which documents you may read.",
+            help="Demo only: pick who you are. Your groups decide which documents you may read.",
         )
         groups = users[name]
         st.caption("Groups: " + (", ".join(sorted(groups)) or "(none)"))
-    if current != name:
-        # A different user must never see the previous user's conversation or open traces.
-        for key in [k for k in st.session_state if str(k).startswith(("chat_", "trace_", "replay_"))]:
-            del st.session_state[key]
-    st.session_state["user"] = name
+    _switch_user(name)
     principal = Principal(name, groups)
     st.session_state["principal"] = principal
     return principal
 
 
+def render_sign_in(settings: Settings) -> None:
+    """The page a session sees when nobody is signed in: why, and what to do. No chat, no answers."""
+    st.title("Policy support bot")
+    if settings.auth == "demo":
+        refusal = auth.demo_refusal(st.get_option("server.address"), request_headers())
+        st.error(refusal or "Demo sign-in is not available.", icon=":material/block:")
+        return
+    st.subheader("Sign in to continue", anchor=False)
+    if settings.auth == "proxy":
+        st.info(
+            "This support bot answers from policies only the people allowed to read them see, so it needs to "
+            "know who you are. Your organisation's sign-in did not reach it: open the bot through its sign-in "
+            "address (reload this page to be asked to sign in), or ask IT if this keeps happening.",
+            icon=":material/lock:",
+        )
+        return
+    st.info("Sign in with your organisation's account to ask about the policies.", icon=":material/lock:")
+    if st.button("Sign in", key="auth_sign_in", icon=":material/login:", type="primary"):
+        try:
+            st.login()
+        except Exception as exc:  # no [auth] section in secrets.toml, Authlib missing, ...
+            st.error(
+                f"Sign-in is not configured on this server ({type(exc).__name__}: {exc}). An administrator "
+                "must add an [auth] section to .streamlit/secrets.toml (docs/ui.md).",
+                icon=":material/error:",
+            )
+
+
 def current_principal(settings: Settings) -> Principal:
-    """The principal the app's sidebar signed in (a page run on its own shows the picker itself)."""
-    principal = st.session_state.get("principal")
-    if isinstance(principal, Principal) and principal.user in load_users(settings):
-        users = load_users(settings)
-        return Principal(principal.user, users[principal.user])  # groups as configured now
-    return sign_in_sidebar(settings)
+    """The signed-in principal. Nobody signed in: the sign-in page, and the page stops here.
+
+    A page run on its own (without ui/app.py) signs in itself, so the picker shows in demo mode.
+    """
+    try:
+        identity = current_identity(settings)
+    except auth.IdentityError as exc:
+        show_error(exc)
+        st.stop()
+    if identity is not None and identity.mode == "demo" and not st.session_state.get(APP_SIGNS_IN):
+        identity = None  # a demo page run on its own draws the picker itself, on every run
+    if identity is not None:
+        _switch_user(identity.user)
+        return identity.principal
+    principal = sign_in_sidebar(settings)
+    if principal is None:
+        render_sign_in(settings)
+        st.stop()
+    return principal
+
+
+def require_admin(settings: Settings, page: str) -> Principal:
+    """The signed-in principal if it is in the admin group; otherwise a refusal, and the page stops."""
+    principal = current_principal(settings)
+    if not is_admin(principal, settings):
+        st.title(page)
+        st.error(
+            f"The {page} page is for administrators (members of the `{settings.admin_group}` group). "
+            "Your answers are on the Trace explorer page.",
+            icon=":material/block:",
+        )
+        st.stop()
+    return principal
 
 
 # ----------------------------------------------------------------------------- errors

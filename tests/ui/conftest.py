@@ -22,6 +22,13 @@ USERS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def demo_sign_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests sign in through the demo picker (RAG_AUTH=demo); tests of proxy and OIDC sign-in set their own
+    mode. The environment is inherited by the UI servers the browser tests start."""
+    monkeypatch.setenv("RAG_AUTH", "demo")
+
+
 @pytest.fixture(scope="session")
 def ui_data_dir(tmp_path_factory: pytest.TempPathFactory, sample_data_dir: Path) -> Path:
     """The sample corpus (ingested once per session by ``sample_data_dir`` with ``ingest.indexer.ingest``),

@@ -94,7 +94,7 @@ def test_demo_users_without_users_json_and_clear_message_without_index(
     """No index: a message that says what to run; no database: ditto; both recover once the cause is gone."""
     at = open_app(monkeypatch, tmp_path, user=None)
     assert not at.exception
-    assert at.selectbox(key="user_select").options == ["alice", "hana", "sam"]
+    assert at.selectbox(key="user_select").options == ["alice", "hana", "olga", "sam"]
     assert any("Nothing indexed yet" in e and "rag ingest" in e for e in errors(at)), errors(at)
     goto(at, "traces")
     assert not at.exception
@@ -381,7 +381,7 @@ def test_evaluation_page_runs_saves_and_loads_a_sweep(
 ) -> None:
     from ui.services import EVALUATION_NOT_INSTALLED, evaluation_api
 
-    at = open_app(monkeypatch, ui_data_dir, "alice")
+    at = open_app(monkeypatch, ui_data_dir, "olga")  # the Evaluation page is for admins
     goto(at, "evaluation")
     assert not at.exception
     assert [t.value for t in at.title] == ["Evaluation"]
@@ -403,7 +403,7 @@ def test_evaluation_page_runs_saves_and_loads_a_sweep(
     saved = sorted((ui_data_dir / "sweeps").glob("*/sweep.json"))
     assert saved
 
-    at = open_app(monkeypatch, ui_data_dir, "alice")
+    at = open_app(monkeypatch, ui_data_dir, "olga")
     goto(at, "evaluation")
     assert at.selectbox(key="eval_saved").options
     at.button(key="eval_load").click().run()

@@ -2,6 +2,10 @@
 
 The page shows aggregates only (accuracy, intervals, tokens, comparisons), never the passages of a sweep: a
 sweep's evidence sets are frozen for each question's own user, who may read more than the viewer.
+
+Admins only (a sweep is CPU-heavy, and runs as every sample question's user). Saved sweeps are loaded only
+from the configured locations, ``<data_dir>/sweeps`` and ``RAG_EVAL_SWEEP_DIRS``: no path typed in the page
+reaches the server's file system.
 """
 
 from __future__ import annotations
@@ -36,11 +40,23 @@ CELL_COLUMNS = [
 ]
 
 
-def sweep_dirs(data_dir: Path) -> list[Path]:
-    """Saved sweeps (folders holding a sweep.json) under ``<data_dir>/sweeps``, newest first."""
-    root = data_dir / "sweeps"
-    found = [p.parent for p in root.glob("*/sweep.json")] if root.is_dir() else []
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+def sweep_roots(settings: Any) -> list[Path]:
+    """The configured folders saved sweeps are read from: ``<data_dir>/sweeps``, then RAG_EVAL_SWEEP_DIRS."""
+    roots = [Path(settings.data_dir) / "sweeps", *(Path(p) for p in settings.eval_sweep_dirs)]
+    return list(dict.fromkeys(roots))
+
+
+def sweep_dirs(data_dir: Path, extra_roots: list[Path] | None = None) -> list[Path]:
+    """Saved sweeps (folders holding a sweep.json, or a root that is one) under ``<data_dir>/sweeps`` and
+    ``extra_roots``, newest first."""
+    found: list[Path] = []
+    for root in [data_dir / "sweeps", *(extra_roots or [])]:
+        if (root / "sweep.json").is_file():
+            found.append(root)
+        if root.is_dir():
+            found.extend(p.parent for p in root.glob("*/sweep.json"))
+    unique = list(dict.fromkeys(found))
+    return sorted(unique, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def _show(evaluation: Any, result: Any) -> None:
@@ -136,7 +152,7 @@ def _run_form(evaluation: Any, settings: Any) -> Any | None:
 
 def render() -> None:
     settings = services.get_settings()
-    services.current_principal(settings)
+    services.require_admin(settings, "Evaluation")
     st.title("Evaluation")
     st.caption(
         "Position sweeps freeze retrieval and move only the needed passage (start, middle, end): accuracy that "
@@ -148,21 +164,30 @@ def render() -> None:
         return
     load_tab, run_tab = st.tabs(["Load a saved sweep", "Run a sweep"])
     with load_tab:
-        saved = sweep_dirs(Path(settings.data_dir))
-        options = [str(p) for p in saved]
+        roots = sweep_roots(settings)
+        saved = sweep_dirs(Path(settings.data_dir), roots[1:])
+        options = [str(p) for p in saved]  # the only paths the page may load: found under the roots
         if options:
             chosen = st.selectbox(
-                "Saved sweeps", options, key="eval_saved", format_func=lambda p: Path(p).name
+                "Saved sweeps",
+                options,
+                key="eval_saved",
+                format_func=lambda p: f"{Path(p).name} ({Path(p).parent})",
             )
         else:
-            st.caption(f"No saved sweeps in `{Path(settings.data_dir) / 'sweeps'}` yet.")
+            st.caption("No saved sweeps yet in " + ", ".join(f"`{r}`" for r in roots) + ".")
             chosen = None
-        folder = st.text_input(
-            "\u2026 or a sweep folder (written by `rag eval position --out DIR`)", "", key="eval_folder"
+        st.caption(
+            "Sweeps are read from `<data dir>/sweeps` and the folders in `RAG_EVAL_SWEEP_DIRS` "
+            "(`rag eval position --out DIR` into one of them)."
         )
-        if st.button("Load", key="eval_load", icon=":material/folder_open:", disabled=not (folder or chosen)):
-            st.session_state[RESULT] = evaluation.load_sweep(Path(folder or chosen))
-    with run_tab:
+        load = st.button("Load", key="eval_load", icon=":material/folder_open:", disabled=not chosen)
+        if load and chosen in options:
+            try:
+                st.session_state[RESULT] = evaluation.load_sweep(Path(chosen))
+            except Exception as exc:  # a half-written or foreign sweep.json: say so, keep the page
+                services.show_error(exc)
+    with run_tab, services.page_guard():  # a failed run is a message in its tab; the rest still renders
         result = _run_form(evaluation, settings)
         if result is not None:
             st.session_state[RESULT] = result

@@ -1,7 +1,9 @@
 """Trace explorer: find past answers, open one to see every stage, replay it with another packing or budget.
 
 A trace holds the text of every passage its user could read. Only the signed-in user's own traces are listed
-or opened, unless the user is in the ``admin`` group.
+or opened, unless the user is in the admin group (``RAG_ADMIN_GROUP``), who sees every user's: the
+"Abstained" and "Feedback" filters then show everyone's abstentions and down-votes. A user rates their own
+answers here too (thumbs up or down, with a reason).
 """
 
 from __future__ import annotations
@@ -16,9 +18,17 @@ from rag.pipeline import PipelineOptions, Question
 from rag.stages.packing import STRATEGIES
 from rag.types import DocumentMeta, Principal
 from ui import components, services
+from ui.feedback import feedback_label, feedback_widget
 
 ANY = "any"
 OPENED = "trace_opened"
+FEEDBACK_LABELS = {
+    ANY: "any",
+    "down": "\N{THUMBS DOWN SIGN} down",
+    "up": "\N{THUMBS UP SIGN} up",
+    "rated": "rated",
+    "none": "not rated",
+}
 
 
 def _tri(label: str, key: str) -> bool | None:
@@ -35,17 +45,17 @@ def _readable_documents(settings: Any, principal: Principal) -> dict[str, str]:
     out = {}
     for doc_id, doc in docs.items():
         meta = DocumentMeta(str(doc.get("title") or doc_id), tuple(doc.get("groups") or ("*",)))
-        if services.is_admin(principal) or meta.readable_by(principal):
+        if services.is_admin(principal, settings) or meta.readable_by(principal):
             out[doc_id] = meta.title
     return out
 
 
 def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
-    admin = services.is_admin(principal)
-    cols = st.columns([2, 3, 1.3, 1.3, 3])
+    admin = services.is_admin(principal, settings)
+    cols = st.columns([2, 3, 1.3, 1.3, 1.3, 3])
     with cols[0]:
         if admin:
-            users = sorted(services.load_users(settings))
+            users = store.list_users()  # everyone with a stored answer, whatever the sign-in mode
             who = st.selectbox("User", [ANY, *users], key="trace_f_user")
             user = None if who == ANY else who
         else:
@@ -65,6 +75,13 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
     with cols[3]:
         failed = _tri("Failed citations", "trace_f_failed")
     with cols[4]:
+        rated = st.selectbox(
+            "Feedback",
+            list(FEEDBACK_LABELS),
+            key="trace_f_feedback",
+            format_func=FEEDBACK_LABELS.get,
+        )
+    with cols[5]:
         docs = _readable_documents(settings, principal)
         doc = st.selectbox(
             "Document",
@@ -85,6 +102,7 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
         "abstained": abstained,
         "failed_citations": failed,
         "doc_id": None if doc == ANY else doc,
+        "feedback": None if rated == ANY else ("any" if rated == "rated" else rated),
     }
 
 
@@ -103,6 +121,7 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
                 "answer": r.get("answer"),
                 "abstained": bool(r.get("abstained")),
                 "failed citations": bool(r.get("has_failed_citation")),
+                "feedback": feedback_label({"rating": r.get("feedback"), "reason": r.get("feedback_reason")}),
                 "error": r.get("error") or "",
                 "ms": r.get("total_ms"),
                 "trace id": r.get("trace_id"),
@@ -116,6 +135,7 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
             "answer",
             "abstained",
             "failed citations",
+            "feedback",
             "error",
             "ms",
             "trace id",
@@ -177,6 +197,17 @@ def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
         components.render_answer(replay, key=f"replay_ans_{tid}")
 
 
+def _feedback(settings: Any, principal: Principal, trace: dict[str, Any], store: Any) -> None:
+    """The owner rates (or re-rates) the answer; an admin looking at someone else's sees their feedback."""
+    tid = trace["trace_id"]
+    if trace.get("user") == principal.user:
+        st.markdown("**Was this answer helpful?**")
+        feedback_widget(settings, principal, tid, key=f"trace_{tid}")
+        return
+    label = feedback_label(store.get_feedback(tid))
+    st.caption(f"Feedback from {components.escape_md(str(trace.get('user')))}: " + (label or "none"))
+
+
 def render() -> None:
     settings = services.get_settings()
     principal = services.current_principal(settings)
@@ -184,11 +215,15 @@ def render() -> None:
     st.caption(
         "Every stored answer with every stage: candidates and their scores, what was dropped and why, bundles, "
         "the final order, the prompt, the answer and its citation verdicts, and the time per stage."
-        + (" You are an admin: you see every user's answers." if services.is_admin(principal) else "")
+        + (
+            " You are an admin: you see every user's answers."
+            if services.is_admin(principal, settings)
+            else ""
+        )
     )
     store = services.get_store(settings)
     filters = _filters(settings, principal, store)
-    if not services.is_admin(principal):
+    if not services.is_admin(principal, settings):
         filters["user"] = principal.user  # never list another user's traces to a non-admin
     rows = store.list_traces(**filters, limit=200)
     rows = [r for r in rows if may_view(r, principal)]
@@ -218,6 +253,7 @@ def render() -> None:
         st.error("You may only open your own answers.")
         return
     st.divider()
+    _feedback(settings, principal, trace, store)
     components.render_trace(trace, key=f"trace_{chosen}")
     st.divider()
     _replay(settings, trace, principal)

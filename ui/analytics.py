@@ -1,0 +1,172 @@
+"""Knowledge gaps for admins: what the Analytics page computes from the trace store, as plain functions.
+
+Questions the bot abstained on or that their asker rated down are grouped by topic: their embeddings (the
+project's embedder, the packaged MiniLM by default) are clustered agglomeratively (average linkage, cosine
+distance, cut at ``TOPIC_DISTANCE``), so the number of topics follows the questions instead of a fixed k.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rag.text import STOPWORDS
+
+# Cosine distance at which two groups of questions stop being one topic. MiniLM puts paraphrases of one
+# question at ~0.1-0.35 and different policy questions at ~0.6-0.9; 0.5 keeps "dog in the office" apart from
+# "parental leave" while merging the ways people ask about either.
+TOPIC_DISTANCE = 0.5
+EXAMPLES = 3
+_WORD = re.compile(r"[a-z][a-z0-9'-]+")
+_QUESTION_WORDS = frozenset({"can", "may", "much", "many", "long", "get", "need", "please", "tell", "know"})
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One group of similar unanswered or down-voted questions."""
+
+    label: str  # the question nearest the group's centre
+    terms: tuple[str, ...]  # the group's most frequent content words
+    count: int
+    abstained: int
+    down_votes: int
+    examples: tuple[str, ...]  # distinct questions of the group, label first
+    trace_ids: tuple[str, ...] = field(default=(), repr=False)
+    reasons: Mapping[str, int] = field(default_factory=dict)
+
+
+def cluster_labels(vectors: np.ndarray, distance: float = TOPIC_DISTANCE) -> np.ndarray:
+    """A topic number (0..k-1, biggest topic first) for each row of ``vectors`` (normalised or not)."""
+    n = len(vectors)
+    if n == 0:
+        return np.zeros(0, dtype=int)
+    if n == 1:
+        return np.zeros(1, dtype=int)
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    x = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    x = x / np.where(norms == 0, 1.0, norms)
+    raw = fcluster(linkage(x, method="average", metric="cosine"), t=distance, criterion="distance")
+    sizes = Counter(raw.tolist())
+    # Renumber: the biggest topic is 0; ties by first appearance, so the result does not depend on scipy's ids.
+    first = {c: i for i, c in reversed(list(enumerate(raw.tolist())))}
+    order = sorted(sizes, key=lambda c: (-sizes[c], first[c]))
+    rank = {c: i for i, c in enumerate(order)}
+    return np.array([rank[c] for c in raw.tolist()], dtype=int)
+
+
+def _terms(questions: Sequence[str], k: int = 3) -> tuple[str, ...]:
+    counts: Counter[str] = Counter()
+    for q in questions:
+        counts.update(
+            {w for w in _WORD.findall(q.lower()) if w not in STOPWORDS and w not in _QUESTION_WORDS}
+        )
+    return tuple(w for w, _ in counts.most_common(k))
+
+
+def group_gaps(
+    gaps: Sequence[Mapping[str, Any]], embed: Any, distance: float = TOPIC_DISTANCE
+) -> list[Topic]:
+    """Group ``gaps`` (rows of ``TraceStore.gap_questions``) into topics, biggest first.
+
+    ``embed`` maps a list of questions to a matrix (``embedder.embed_queries``). Each distinct question
+    (case and spacing ignored) is embedded once; repeats count towards their topic.
+    """
+    rows = [g for g in gaps if str(g.get("question") or "").strip()]
+    if not rows:
+        return []
+    keys = [" ".join(str(g["question"]).lower().split()) for g in rows]
+    distinct = list(dict.fromkeys(keys))
+    text_of = {k: " ".join(str(g["question"]).split()) for k, g in zip(keys, rows, strict=True)}
+    vectors = np.asarray(embed([text_of[k] for k in distinct]), dtype=np.float64)
+    labels = cluster_labels(vectors, distance)
+    topic_of = dict(zip(distinct, labels.tolist(), strict=True))
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = vectors / np.where(norms == 0, 1.0, norms)
+    topics: list[Topic] = []
+    for t in range(int(labels.max()) + 1):
+        members = [i for i, k in enumerate(distinct) if topic_of[k] == t]
+        centre = unit[members].mean(axis=0)
+        medoid = members[int(np.argmax(unit[members] @ centre))]
+        group_rows = [g for g, k in zip(rows, keys, strict=True) if topic_of[k] == t]
+        counts = Counter(k for k in keys if topic_of[k] == t)
+        by_count = sorted(members, key=lambda i: (i != medoid, -counts[distinct[i]], i))
+        topics.append(
+            Topic(
+                label=text_of[distinct[medoid]],
+                terms=_terms([text_of[distinct[i]] for i in members]),
+                count=len(group_rows),
+                abstained=sum(bool(g.get("abstained")) for g in group_rows),
+                down_votes=sum(g.get("feedback") == "down" for g in group_rows),
+                examples=tuple(text_of[distinct[i]] for i in by_count[:EXAMPLES]),
+                trace_ids=tuple(str(g["trace_id"]) for g in group_rows),
+                reasons=dict(
+                    Counter(str(g["feedback_reason"]) for g in group_rows if g.get("feedback_reason"))
+                ),
+            )
+        )
+    return sorted(topics, key=lambda t: (-t.count, t.label))
+
+
+def topics_frame(topics: Sequence[Topic]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "topic": t.label,
+                "terms": ", ".join(t.terms),
+                "questions": t.count,
+                "abstained": t.abstained,
+                "down-voted": t.down_votes,
+                "reasons": ", ".join(f"{r} {n}" for r, n in sorted(t.reasons.items())),
+                "examples": " | ".join(t.examples),
+            }
+            for t in topics
+        ],
+        columns=["topic", "terms", "questions", "abstained", "down-voted", "reasons", "examples"],
+    )
+
+
+def daily_frame(days: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per day with the rates beside the counts (a day with no answers has no row)."""
+    columns = ["day", "questions", "abstained", "failed_citations", "errors", "thumbs_up", "thumbs_down"]
+    frame = pd.DataFrame(list(days), columns=columns)
+    questions = frame["questions"].where(frame["questions"] > 0)
+    frame["abstention_rate"] = (frame["abstained"] / questions).fillna(0.0)
+    frame["failed_citation_rate"] = (frame["failed_citations"] / questions).fillna(0.0)
+    return frame
+
+
+def totals(days: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Counts over the whole window, with the abstention and failed-citation rates (0 when nothing was asked)."""
+    keys = ("questions", "abstained", "failed_citations", "errors", "thumbs_up", "thumbs_down")
+    out: dict[str, float] = {k: float(sum(int(d.get(k) or 0) for d in days)) for k in keys}
+    asked = out["questions"]
+    out["abstention_rate"] = out["abstained"] / asked if asked else 0.0
+    out["failed_citation_rate"] = out["failed_citations"] / asked if asked else 0.0
+    return out
+
+
+def documents_frame(
+    indexed: Mapping[str, Mapping[str, Any]], cited: Mapping[str, Mapping[str, Any]]
+) -> pd.DataFrame:
+    """Every indexed document (and any cited one no longer indexed) with how many answers cited it, most first."""
+    rows = []
+    for doc_id in sorted(set(indexed) | set(cited)):
+        doc = indexed.get(doc_id) or {}
+        rows.append(
+            {
+                "document": str(doc.get("title") or (cited.get(doc_id) or {}).get("title") or doc_id),
+                "doc id": doc_id,
+                "answers citing it": int((cited.get(doc_id) or {}).get("answers") or 0),
+                "indexed": doc_id in indexed,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=["document", "doc id", "answers citing it", "indexed"])
+    return frame.sort_values(["answers citing it", "document"], ascending=[False, True], ignore_index=True)
