@@ -38,16 +38,17 @@ def _stored_state(stored: dict[str, Any] | None) -> Wanted:
 
 
 def feedback_label(stored: dict[str, Any] | None) -> str:
-    """'👍', '👎 outdated: "text"' or '' (no feedback), for tables and read-only views."""
+    """'up', 'down: outdated', 'down: other, "text"' or '' (no feedback), for tables and read-only views.
+    Words, not emoji: a browser without an emoji font draws those as boxes."""
     if not stored or not stored.get("rating"):
         return ""
-    text = "\N{THUMBS UP SIGN}" if stored["rating"] == "up" else "\N{THUMBS DOWN SIGN}"
-    reason = stored.get("reason")
-    if reason:
-        text += " " + REASONS.get(reason, reason).lower()
+    text = str(stored["rating"])
+    details = []
+    if stored.get("reason"):
+        details.append(REASONS.get(stored["reason"], stored["reason"]).lower())
     if stored.get("comment"):
-        text += f": \u201c{stored['comment']}\u201d"
-    return text
+        details.append(f"\u201c{stored['comment']}\u201d")
+    return text + (": " + ", ".join(details) if details else "")
 
 
 def feedback_widget(
@@ -93,6 +94,8 @@ def feedback_widget(
                 or None
             )
     wanted: Wanted = (rating, reason, comment)
+    if st.session_state.pop(f"{base}_flash", False):
+        st.caption(SAVED)
     if wanted == st.session_state[saved_key]:
         return None if rating is None else {"rating": rating, "reason": reason, "comment": comment}
     try:
@@ -106,5 +109,7 @@ def feedback_widget(
         return None
     st.session_state[saved_key] = wanted
     if saved is not None:
-        st.caption(SAVED)
-    return saved
+        st.session_state[f"{base}_flash"] = True
+    # Rerun, so whatever the page drew above this widget (the trace table's feedback column) shows the change.
+    st.rerun()
+    return saved  # not reached: st.rerun() raises

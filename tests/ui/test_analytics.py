@@ -138,7 +138,7 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     assert [t.value for t in at.title] == ["Analytics"]
     metrics = {m.label: m.value for m in at.metric}
     assert int(metrics["Questions"]) >= 2
-    assert metrics["Abstention rate"].endswith("%") and int(metrics["\N{THUMBS DOWN SIGN} Not helpful"]) >= 1
+    assert metrics["Abstention rate"].endswith("%") and int(metrics[":material/thumb_down: Not helpful"]) >= 1
     topics = next(d.value for d in at.dataframe if "topic" in d.value.columns)
     assert "How many days does a customer have to return an item?" in " ".join(topics["examples"])
     assert topics["questions"].sum() >= 2

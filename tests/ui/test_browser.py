@@ -72,7 +72,8 @@ def _ui_command(port: int, data_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "RAG_DATA_DIR": str(ui_data_dir), "TQDM_DISABLE": "1"}
+    # Demo sign-in (the user picker): this module drives it; test_auth_browser.py drives proxy sign-in.
+    env = {**os.environ, "RAG_DATA_DIR": str(ui_data_dir), "TQDM_DISABLE": "1", "RAG_AUTH": "demo"}
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "ui-server.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(

@@ -59,8 +59,8 @@ def _overview(days: list[dict[str, Any]]) -> None:
         f"{t['failed_citation_rate']:.0%}",
         help="Answers with a citation that was invalid or did not support its sentence.",
     )
-    cols[3].metric("\N{THUMBS UP SIGN} Helpful", int(t["thumbs_up"]))
-    cols[4].metric("\N{THUMBS DOWN SIGN} Not helpful", int(t["thumbs_down"]))
+    cols[3].metric(":material/thumb_up: Helpful", int(t["thumbs_up"]))
+    cols[4].metric(":material/thumb_down: Not helpful", int(t["thumbs_down"]))
 
 
 def _per_day(days: list[dict[str, Any]]) -> None:
@@ -74,7 +74,10 @@ def _per_day(days: list[dict[str, Any]]) -> None:
         rates = frame.set_index("day")[["abstention_rate", "failed_citation_rate"]].rename(
             columns={"abstention_rate": "abstained", "failed_citation_rate": "failed citations"}
         )
-        st.line_chart(rates, height=240)
+        if len(rates) > 1:
+            st.line_chart(rates, height=240)
+        else:  # one day is one point: a line chart would draw nothing
+            st.bar_chart(rates, stack=False, height=240)
     _csv(frame, "Daily figures (CSV)", "daily.csv", "analytics_csv_daily")
 
 

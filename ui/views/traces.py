@@ -24,8 +24,8 @@ ANY = "any"
 OPENED = "trace_opened"
 FEEDBACK_LABELS = {
     ANY: "any",
-    "down": "\N{THUMBS DOWN SIGN} down",
-    "up": "\N{THUMBS UP SIGN} up",
+    "down": "rated down",
+    "up": "rated up",
     "rated": "rated",
     "none": "not rated",
 }
@@ -132,10 +132,10 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
             "time",
             "user",
             "question",
+            "feedback",
             "answer",
             "abstained",
             "failed citations",
-            "feedback",
             "error",
             "ms",
             "trace id",

@@ -1,0 +1,108 @@
+"""Feedback in the UI: the owner rates an answer in the trace explorer (and changes it); admins see and
+filter it; the widget never rates someone else's answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from rag.config import load_settings
+from tests.ui.conftest import APP
+from ui.feedback import SAVED, feedback_label
+
+REFUND_Q = "How many days does a customer have to return an item for a full refund?"
+
+
+def _open(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str) -> AppTest:
+    monkeypatch.setenv("RAG_DATA_DIR", str(data_dir))
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.run()
+    at.selectbox(key="user_select").select(user).run()
+    return at
+
+
+def _store(data_dir: Path):  # type: ignore[no-untyped-def]
+    from rag.tracestore.repository import TraceStore
+
+    return TraceStore.from_settings(load_settings(data_dir=data_dir))
+
+
+def _table(at: AppTest):  # type: ignore[no-untyped-def]
+    return next(d.value for d in at.dataframe if "trace id" in d.value.columns)
+
+
+def test_feedback_is_stored_changed_shown_and_filtered(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    at = _open(monkeypatch, ui_data_dir, "tom")
+    at.chat_input(key="chat_input").set_value(REFUND_Q).run()
+    at.switch_page("views/traces.py").run()
+    assert not at.exception
+    tid = at.selectbox(key="trace_open").value
+    base = f"feedback_trace_{tid}"
+    assert at.feedback(key=f"{base}_thumbs").value is None
+
+    at.feedback(key=f"{base}_thumbs").set_value(0).run()  # thumbs down
+    stored = _store(ui_data_dir).get_feedback(tid)
+    assert (stored["rating"], stored["reason"], stored["user"]) == ("down", None, "tom")
+    assert any(SAVED in c.value for c in at.caption)
+    at.pills(key=f"{base}_reason").set_value("other").run()
+    at.text_input(key=f"{base}_comment").set_value("I asked about store credit").run()
+    stored = _store(ui_data_dir).get_feedback(tid)
+    assert (stored["reason"], stored["comment"]) == ("other", "I asked about store credit")
+    # Shown in the table, and the "down" filter finds it.
+    row = _table(at).set_index("trace id").loc[tid]
+    # The table shows the rating and reason (the comment is in the trace), drawn after the save.
+    assert row["feedback"] == feedback_label({**stored, "comment": None}) == "down: other"
+    at.selectbox(key="trace_f_feedback").select("down").run()
+    assert set(_table(at)["trace id"]) == {tid}
+
+    # Changed: thumbs up drops the reason.
+    at.selectbox(key="trace_f_feedback").select("any").run()
+    at.feedback(key=f"{base}_thumbs").set_value(1).run()
+    stored = _store(ui_data_dir).get_feedback(tid)
+    assert (stored["rating"], stored["reason"], stored["comment"]) == ("up", None, None)
+    at.selectbox(key="trace_f_feedback").select("down").run()
+    assert tid not in set(_table(at)["trace id"]) if at.dataframe else True
+    # Withdrawn: clicking the chosen thumb again clears it.
+    at.selectbox(key="trace_f_feedback").select("any").run()
+    at.feedback(key=f"{base}_thumbs").set_value(None).run()
+    assert _store(ui_data_dir).get_feedback(tid) is None
+
+    # A fresh session shows the stored rating again.
+    _store(ui_data_dir).set_feedback(tid, "tom", "down", reason="outdated")
+    at = _open(monkeypatch, ui_data_dir, "tom")
+    at.switch_page("views/traces.py").run()
+    at.selectbox(key="trace_open").select(tid).run()
+    assert at.feedback(key=f"{base}_thumbs").value == 0
+    assert at.pills(key=f"{base}_reason").value == "outdated"
+
+
+def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    at = _open(monkeypatch, ui_data_dir, "alice")
+    at.chat_input(key="chat_input").set_value(
+        "What is the airspeed velocity of an unladen swallow on Jupiter?"
+    ).run()
+    store = _store(ui_data_dir)
+    tid = store.list_traces(user="alice", limit=1)[0]["trace_id"]
+    store.set_feedback(tid, "alice", "down", reason="did_not_answer")
+
+    olga = _open(monkeypatch, ui_data_dir, "olga")
+    olga.switch_page("views/traces.py").run()
+    olga.selectbox(key="trace_f_feedback").select("down").run()
+    assert not olga.exception
+    assert tid in set(_table(olga)["trace id"])
+    assert "alice" in set(_table(olga)["user"])  # another user's down-vote, for the admin
+    if store.get_trace(tid)["abstained"]:
+        olga.selectbox(key="trace_f_feedback").select("any").run()
+        olga.selectbox(key="trace_f_abstained").select("yes").run()
+        assert tid in set(_table(olga)["trace id"])  # every user's abstentions, not only olga's
+    olga.selectbox(key="trace_f_feedback").select("down").run()
+    olga.selectbox(key="trace_f_abstained").select("any").run()
+    olga.selectbox(key="trace_open").select(tid).run()
+    assert not olga.get("feedback"), "no rating widget on someone else's answer"
+    assert any("Feedback from alice" in c.value for c in olga.caption)
