@@ -106,3 +106,18 @@ def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
     olga.selectbox(key="trace_open").select(tid).run()
     assert not olga.get("feedback"), "no rating widget on someone else's answer"
     assert any("Feedback from alice" in c.value for c in olga.caption)
+
+
+def test_every_chat_answer_has_the_thumbs_and_they_store(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    at = _open(monkeypatch, ui_data_dir, "hana")
+    at.chat_input(key="chat_input").set_value(REFUND_Q).run()
+    at.chat_input(key="chat_input").set_value("And are gift cards refundable?").run()
+    assert not at.exception
+    thumbs = [f for f in at.get("feedback")]
+    assert len(thumbs) == 2  # one under each answer
+    tid = _store(ui_data_dir).list_traces(user="hana", limit=1)[0]["trace_id"]
+    at.feedback(key=f"feedback_{tid}_3_thumbs").set_value(1).run()  # the second answer is message 3
+    assert _store(ui_data_dir).get_feedback(tid)["rating"] == "up"
+    assert len(at.get("feedback")) == 2 and not at.exception

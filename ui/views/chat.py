@@ -10,6 +10,7 @@ from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
 from ui import components, services
+from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
 SESSION = "chat_session_id"
@@ -44,6 +45,8 @@ def render_assistant(message: dict[str, Any], index: int) -> None:
     with left:
         components.render_answer(trace, key=key)
         st.caption(_budget_caption(trace))
+        settings = services.get_settings()
+        feedback_widget(settings, services.current_principal(settings), trace["trace_id"], key)
     with right:
         components.render_chunk_order(trace, key=key)
 
