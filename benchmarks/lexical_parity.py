@@ -104,8 +104,9 @@ def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None
     from rag.config import load_settings
     from rag.embedder import load_embedder
     from rag.errors import RagError
+    from rag.factory import build_pipeline
     from rag.index import IndexReader
-    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.pipeline import PipelineOptions, Question
     from rag.rerank import load_reranker
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
@@ -139,7 +140,7 @@ def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None
         evidence: dict[str, list[list[str]]] = {}
         for backend in ("bm25", "qdrant"):
             settings = load_settings(data_dir=data, lexical_backend=backend, reranker=chosen)
-            pipeline = Pipeline(settings, embedder=embedder)
+            pipeline = build_pipeline(settings, embedder=embedder)
             runs = []
             for q in questions:
                 principal = Principal(q.get("user") or "bench", frozenset(q.get("groups") or ()))

@@ -181,9 +181,9 @@ class Ours:
 
     def __init__(self, data_dir: Path, **settings: Any) -> None:
         from rag.config import load_settings
-        from rag.pipeline import Pipeline
+        from rag.factory import build_pipeline
 
-        self.pipeline = Pipeline(load_settings(data_dir=data_dir, **settings))
+        self.pipeline = build_pipeline(load_settings(data_dir=data_dir, **settings))
         self.reranker = self.pipeline.reranker.name
 
     def chunks(self) -> list[Any]:

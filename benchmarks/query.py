@@ -32,10 +32,11 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 def run(data_dir: Path, questions: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
     from rag.config import load_settings
-    from rag.pipeline import Pipeline, Question
+    from rag.factory import build_pipeline
+    from rag.pipeline import Question
     from rag.types import Principal
 
-    pipeline = Pipeline(load_settings(data_dir=data_dir))
+    pipeline = build_pipeline(load_settings(data_dir=data_dir))
     asks = [
         Question(q["question"], Principal(q.get("user") or "bench", frozenset(q.get("groups") or ())))
         for q in questions

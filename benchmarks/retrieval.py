@@ -118,14 +118,15 @@ def run(
 ) -> dict[str, Any]:
     """Score every system on ``queries`` over the index already ingested in ``data_dir``."""
     from rag.config import load_settings
-    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions, Question
     from rag.rerank_train import heldout
     from rag.stages.fusion import rrf_fuse
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 
     settings = load_settings(data_dir=data_dir)
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     reader = pipeline.reader
     n_chunks = len(reader.generation.chunks)
     n_docs = max(1, len(reader.generation.by_doc))

@@ -312,7 +312,8 @@ def measure_query(
 ) -> dict[str, Any]:
     """In this process: open the pipeline, time ``n_sequential`` questions stage by stage, then ``n_concurrent``
     further questions from ``clients`` threads sharing the pipeline; also each retrieval leg alone."""
-    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions, Question
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 
@@ -320,7 +321,7 @@ def measure_query(
         raise SystemExit(f"need {1 + n_sequential + n_concurrent} distinct questions, have {len(questions)}")
     rss_start = _rss_mb()
     t = time.perf_counter()
-    pipeline = Pipeline(_settings(data_dir))
+    pipeline = build_pipeline(_settings(data_dir))
     open_s = time.perf_counter() - t
     principal = Principal("bench", frozenset())
     options = PipelineOptions(use_llm=False)
@@ -457,11 +458,12 @@ def measure_floor(
     question). Also the model time inside each request (every embedder and reranker call ``ask`` made) and those
     same calls replayed in a tight loop: ``floor_all_calls``, the model forward time for exactly the pairs the
     request scored. ``rerank_with`` runs the pipeline with that cross-encoder folder as its reranker."""
-    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions, Question
     from rag.types import Principal
 
     overrides = {"reranker": "cross-encoder", "reranker_path": str(rerank_with)} if rerank_with is not None else {}
-    pipeline = Pipeline(_settings(data_dir, **overrides))
+    pipeline = build_pipeline(_settings(data_dir, **overrides))
     embedder, reranker = pipeline.embedder, pipeline.reranker
     timed_embedder = _Timed(embedder, ("embed_queries", "embed_passages"))
     timed_reranker = _Timed(reranker, ("rerank",))

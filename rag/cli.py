@@ -59,12 +59,10 @@ def _parse_date(value: str | None) -> date | None:
 
 def open_trace_store(settings: Settings, *, required: bool = False) -> Any | None:
     """The trace store, or None (with a warning) when the database has not been initialised."""
-    from rag.tracestore.repository import TraceStore
+    from rag.factory import open_trace_store as open_store
 
     try:
-        store = TraceStore.from_settings(settings)
-        store.check_ready()
-        return store
+        return open_store(settings)  # the embedded SQLite store migrates itself on first use
     except RagError as exc:
         if required:
             raise
@@ -88,13 +86,14 @@ def ask(
     as_json: JsonFlag = False,
 ) -> None:
     """Answer a question from the policies USER may read, with citations and a stored trace."""
-    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions, Question
 
     settings = settings_for(data_dir, packing=packing, evidence_k=k)
     if batch is None and (question is None or user is None):
         raise ConfigurationError("Give a QUESTION and --user NAME (or --batch FILE.jsonl).", hint="rag ask --help")
     store = None if no_trace else open_trace_store(settings)
-    pipeline = Pipeline(settings, trace_store=store)
+    pipeline = build_pipeline(settings, trace_store=store)
     options = PipelineOptions()
     if batch is not None:
         for line_no, line in enumerate(batch.read_text().splitlines(), 1):

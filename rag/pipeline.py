@@ -482,14 +482,17 @@ class Pipeline:
         return float(getattr(self.reranker, "abstain_threshold", 0.0))
 
     # ------------------------------------------------------------------ the query path
-    def ask(self, question: Question, options: PipelineOptions | None = None) -> Result:
+    def ask(self, question: Question, options: PipelineOptions | None = None, *, llm: Any | None = None) -> Result:
+        """Answer ``question``; ``llm`` replaces this pipeline's LLM client for this request only (the UI passes
+        a client that streams into the page), everything else is shared."""
         opts = options or PipelineOptions()
+        llm = self.llm if llm is None else llm
         s = self.settings
         rec = _Recorder()
         packing = opts.packing or s.packing
         k = opts.evidence_k or s.evidence_k
         token_budget = opts.token_budget or s.evidence_token_budget
-        use_llm = self.llm is not None if opts.use_llm is None else (opts.use_llm and self.llm is not None)
+        use_llm = llm is not None if opts.use_llm is None else (opts.use_llm and llm is not None)
 
         with rec.stage("index") as d:
             d["switched"] = self.reader.refresh()
@@ -584,7 +587,8 @@ class Pipeline:
             )
             d["tokens"] = prompt.n_tokens
         with rec.stage("generate") as d:
-            generated = self._generate(question, intents, evidence, prompt, abstain, uncovered, use_llm)
+            chosen = llm if use_llm else None
+            generated = self._generate(question, intents, evidence, prompt, abstain, uncovered, chosen)
             d.update(model=generated.model, error=generated.error)
         answer = generated.text
         if abstain or not evidence:
@@ -643,15 +647,15 @@ class Pipeline:
         prompt: Prompt,
         abstain: bool,
         uncovered: Sequence[Intent],
-        use_llm: bool,
+        llm: Any | None,
     ) -> Generated:
         if abstain or not evidence:
             return Generated(text="", model="none")
-        if use_llm and self.llm is not None:
+        if llm is not None:
             from rag.generation import generate
 
             try:
-                return generate(prompt, evidence, question.text, self.llm, self.settings.generation_mode, self.settings)
+                return generate(prompt, evidence, question.text, llm, self.settings.generation_mode, self.settings)
             except GenerationError as exc:
                 # The user still gets an answer (quoted evidence); the trace keeps the LLM's failure.
                 fallback = self._extractive(question, intents, evidence, uncovered)

@@ -300,40 +300,27 @@ def _embedder(model: str, batch_size: int) -> Any:
     return load_embedder(model, batch_size)
 
 
-@st.cache_resource(show_spinner="Loading the reranker...")
-def _reranker(settings_json: str) -> Any:
-    from rag.rerank import load_reranker
-
-    settings = Settings.model_validate_json(settings_json)
-    return load_reranker(settings, embedder=_embedder(settings.embedding_model, settings.embed_batch_size))
-
-
 @st.cache_resource(show_spinner="Opening the index...")
-def _reader(data_dir: str) -> Any:
-    from rag.index import IndexReader
+def _reader(settings_json: str) -> Any:
+    from rag.qdrant_server import open_index_reader
 
-    return IndexReader(Path(data_dir))  # raises EmptyIndexError before anything is cached
-
-
-@st.cache_resource(show_spinner=False)
-def _llm(settings_json: str) -> Any:
-    from rag.llm import LLMClient
-
-    return LLMClient.from_settings(Settings.model_validate_json(settings_json))
+    # embedded generations, or the Qdrant server when RAG_QDRANT_URL is set (the reader `rag ask` uses);
+    # raises EmptyIndexError before anything is cached
+    return open_index_reader(Settings.model_validate_json(settings_json))
 
 
-@st.cache_resource(show_spinner=False)
-def _pipeline(settings_json: str) -> Any:
-    from rag.pipeline import Pipeline
+@st.cache_resource(show_spinner="Loading the models...", max_entries=4)
+def _pipeline(settings_json: str, generation: str | None) -> Any:
+    """One pipeline per settings and published generation, built as `rag ask` builds it (rag/factory.py):
+    the reranker reads the generation's stored sentence vectors and passage tokens, and the query-vector
+    cache and the per-generation indexes live as long as the generation serves."""
+    from rag.factory import build_pipeline
 
     settings = Settings.model_validate_json(settings_json)
-    reader = _reader(str(settings.data_dir))
-    return Pipeline(
+    return build_pipeline(
         settings,
-        reader=reader,
+        reader=_reader(settings_json),
         embedder=_embedder(settings.embedding_model, settings.embed_batch_size),
-        reranker=_reranker(settings_json),
-        llm=_llm(settings_json) if settings.llm_configured else None,
     )
 
 
@@ -361,14 +348,17 @@ def _key(settings: Settings) -> str:
 
 def get_reader(settings: Settings) -> Any:
     """The shared index reader; it switches to a newly published generation on ``refresh()``."""
-    reader = _reader(str(settings.data_dir))
+    reader = _reader(_key(settings))
     reader.refresh()
     return reader
 
 
 def get_pipeline(settings: Settings) -> Any:
-    """The shared pipeline. Traces are saved by the pages (``save_trace``), not by the pipeline."""
-    return _pipeline(_key(settings))
+    """The shared pipeline for the published generation. Traces are saved by the pages (``save_trace``), not by
+    the pipeline."""
+    from rag.index import current_generation
+
+    return _pipeline(_key(settings), current_generation(settings.data_dir))
 
 
 def get_store(settings: Settings) -> Any:
@@ -445,23 +435,14 @@ def ask_streaming(pipeline: Any, question: Any, options: Any = None) -> Streamin
 
     The worker never calls Streamlit; the page's script thread drains the queue.
     """
-    from rag.pipeline import Pipeline
-
     q: queue.Queue[Any] = queue.Queue()
+    # The shared pipeline answers; only this request's LLM client is wrapped to stream into the queue.
     tee = _TeeLLM(pipeline.llm, q.put)
-    # A per-request pipeline sharing the cached reader and models; only the LLM client is wrapped.
-    streaming = Pipeline(
-        pipeline.settings,
-        reader=pipeline.reader,
-        embedder=pipeline.embedder,
-        reranker=pipeline.reranker,
-        llm=tee,
-    )
     box: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            box["result"] = streaming.ask(question, options)
+            box["result"] = pipeline.ask(question, options, llm=tee)
         except BaseException as exc:  # handed to the script thread by result()
             box["error"] = exc
         finally:

@@ -344,7 +344,8 @@ def qa(
     """Run questions through the query path and report answer and evidence quality per question type."""
     from rag.evaluation.datasets import default_questions_path, load_questions
     from rag.evaluation.qa import run_qa
-    from rag.pipeline import Pipeline, PipelineOptions
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions
 
     settings = _settings(data_dir)
     path = questions or default_questions_path()
@@ -353,7 +354,7 @@ def qa(
         qs = qs[:limit]
     if not qs:
         raise ConfigurationError(f"No questions in {path}.")
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     update, stop = _progress(True)
     try:
         report = run_qa(
@@ -429,7 +430,8 @@ def multihop(
     """Pool the questions' paragraphs into one corpus, ingest it, and compare evidence with and without hops."""
     from ingest.indexer import ingest as run_ingest
     from rag.evaluation.multihop import load_multihop, run_multihop, write_corpus
-    from rag.pipeline import Pipeline, PipelineOptions
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions
 
     settings = _settings(data_dir)
     qs, records = load_multihop(questions)
@@ -441,7 +443,7 @@ def multihop(
     report_ingest = run_ingest([str(corpus)], settings)
     if not report_ingest.ok:
         raise ConfigurationError(f"Ingesting {corpus} failed; run `rag ingest {corpus}` to see why.")
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     n_hops = settings.max_hops if hops is None else hops
     configs = {
         "no_hop": PipelineOptions(evidence_k=k, use_llm=False, max_hops=0),

@@ -1,0 +1,70 @@
+"""The one place a query pipeline is put together from settings.
+
+``rag ask``, the UI, evaluation and the benchmarks all call :func:`build_pipeline`, so they answer with the same
+collaborators: the index reader these settings name (embedded generations, or the Qdrant server when
+``RAG_QDRANT_URL`` is set), the embedder, the reranker fed with the generation's stored sentence vectors and
+passage tokens (``Pipeline`` wires those from the reader), the LLM client when one is configured, and the trace
+store when the caller wants traces saved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rag.config import Settings
+
+if TYPE_CHECKING:
+    from rag.embedder import Embedder
+    from rag.index import IndexReader
+    from rag.pipeline import Pipeline
+    from rag.tracestore.repository import TraceStore
+
+
+def build_pipeline(
+    settings: Settings,
+    *,
+    reader: IndexReader | None = None,
+    trace_store: Any | None = None,
+    embedder: Embedder | None = None,
+    llm: Any | None = None,
+) -> Pipeline:
+    """The pipeline ``rag ask`` runs for these settings.
+
+    ``trace_store``: where ``ask`` saves each trace (None: the caller saves traces itself, or not at all).
+    ``reader`` / ``embedder`` / ``llm``: an already open reader (from ``open_index_reader(settings)``), loaded
+    model or client to share (the UI, tests, benchmarks); by default the reader these settings name, the
+    process-wide embedder for ``settings.embedding_model`` and an LLM client when ``settings.llm_base_url`` is set.
+    """
+    from rag.embedder import load_embedder
+    from rag.pipeline import Pipeline
+    from rag.qdrant_server import open_index_reader
+
+    owned = reader is None
+    # raises EmptyIndexError / IndexUnavailableError before any model loads
+    reader = reader if reader is not None else open_index_reader(settings)
+    try:
+        return Pipeline(
+            settings,
+            reader=reader,
+            embedder=embedder or load_embedder(settings.embedding_model, settings.embed_batch_size),
+            llm=llm,
+            trace_store=trace_store,
+        )
+    except BaseException:
+        if owned:
+            reader.close()
+        raise
+
+
+def open_trace_store(settings: Settings) -> TraceStore:
+    """The trace store, ready to write. The embedded SQLite store creates and migrates itself on first use
+    (under the migration lock); PostgreSQL must have been migrated with ``rag db upgrade`` (a StorageError
+    says so otherwise)."""
+    from rag.tracestore.repository import TraceStore
+
+    store = TraceStore.from_settings(settings)
+    store.check_ready()
+    return store
+
+
+__all__ = ["build_pipeline", "open_trace_store"]
