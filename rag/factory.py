@@ -60,8 +60,10 @@ def open_trace_store(settings: Settings) -> TraceStore:
     """The trace store, ready to write. The embedded SQLite store creates and migrates itself on first use
     (under the migration lock); PostgreSQL must have been migrated with ``rag db upgrade`` (a StorageError
     says so otherwise)."""
+    from rag.tracestore.db import ensure_embedded_schema
     from rag.tracestore.repository import TraceStore
 
+    ensure_embedded_schema(settings.sqlalchemy_url)
     store = TraceStore.from_settings(settings)
     store.check_ready()
     return store

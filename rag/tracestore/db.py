@@ -270,3 +270,28 @@ def describe_db_error(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)
     message = str(orig if orig is not None else exc).strip()
     return message.splitlines()[0] if message else type(exc).__name__
+
+
+def ensure_embedded_schema(target: Settings | str) -> bool:
+    """On the embedded default (a SQLite file), create or migrate the trace database on first use; True when
+    it ran a migration.
+
+    The upgrade runs under :func:`migration_lock` (``migrations/env.py`` takes it), so processes that start
+    at once queue and the later ones find nothing to do. PostgreSQL is left alone: there migrations stay the
+    explicit one-shot ``rag db upgrade``. A database newer than this code is left alone too
+    (``TraceStore.check_ready`` reports it).
+    """
+    url = resolve_url(target)
+    if sqlite_path(url) is None or not MIGRATIONS_DIR.is_dir():
+        return False
+    current, head = current_revision(url), head_revision()
+    if current == head:
+        return False
+    if current is not None:
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory(str(MIGRATIONS_DIR))
+        if current not in {rev.revision for rev in script.walk_revisions()}:
+            return False  # written by a newer rag: never downgrade implicitly
+    upgrade(url)
+    return True
