@@ -115,8 +115,12 @@ def run(
     *,
     depth: int = 100,
     log: Any = None,
+    per_query: bool = False,
 ) -> dict[str, Any]:
-    """Score every system on ``queries`` over the index already ingested in ``data_dir``."""
+    """Score every system on ``queries`` over the index already ingested in ``data_dir``.
+
+    ``per_query=True`` adds ``per_query``: every system's metrics for each query, in query order (for intervals).
+    """
     from rag.config import load_settings
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions, Question
@@ -135,7 +139,7 @@ def run(
     options = PipelineOptions(use_llm=False)
     pipeline.ask(Question("warm-up question about nothing in particular", principal), options)
 
-    per_query: dict[str, list[dict[str, float]]] = {s: [] for s in (*SYSTEMS, "pipeline_without_reranker")}
+    scores: dict[str, list[dict[str, float]]] = {s: [] for s in (*SYSTEMS, "pipeline_without_reranker")}
     ms: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     docs_ranked: dict[str, list[int]] = {s: [] for s in SYSTEMS}
     for i, q in enumerate(queries):
@@ -166,14 +170,14 @@ def run(
         rankings["pipeline"] = first_occurrences([*reranked, *rankings["hybrid"]])
         rankings["pipeline_without_reranker"] = first_occurrences([*fused_only, *rankings["hybrid"]])
         for name, ranked in rankings.items():
-            per_query[name].append(_score(ranked, q.relevance))
+            scores[name].append(_score(ranked, q.relevance))
         for name, value in zip(SYSTEMS, (bm25_ms, dense_ms, hybrid_ms, pipeline_ms), strict=True):
             ms[name].append(value)
             docs_ranked[name].append(len(rankings[name]))
         if log is not None and (i + 1) % 100 == 0:
             log(f"{i + 1}/{len(queries)} queries")
 
-    systems = {s: _summary(per_query[s], ms[s]) for s in SYSTEMS}
+    systems = {s: _summary(scores[s], ms[s]) for s in SYSTEMS}
     for s in SYSTEMS:
         systems[s]["docs_ranked_min"] = min(docs_ranked[s], default=0)
     split: dict[str, Any] = {
@@ -184,12 +188,14 @@ def run(
         idx = [i for i, q in enumerate(queries) if heldout(q.qid) == keep]
         split[label] = {"queries": len(idx)}
         for s in (*SYSTEMS, "pipeline_without_reranker"):
-            split[label][s] = {m: round(statistics.fmean(per_query[s][i][m] for i in idx), 4) if idx else 0.0
+            split[label][s] = {m: round(statistics.fmean(scores[s][i][m] for i in idx), 4) if idx else 0.0
                                for m in METRICS}
-    fused_40 = {m: round(statistics.fmean(r[m] for r in per_query["pipeline_without_reranker"]), 4)
+    fused_40 = {m: round(statistics.fmean(r[m] for r in scores["pipeline_without_reranker"]), 4)
                 if queries else 0.0 for m in METRICS}
     pipeline.reader.close()
+    extra = {"per_query": scores} if per_query else {}
     return {
+        **extra,
         "systems": systems,
         "pipeline_without_reranker": fused_40,
         "reranker_training_split": split,

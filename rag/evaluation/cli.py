@@ -468,3 +468,105 @@ def multihop(
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
     _console().print(multihop_table(report))
+
+
+# ------------------------------------------------------------------------------------------------ suite
+def _rate_cell(m: dict[str, Any] | None) -> str:
+    if not m or not m.get("n"):
+        return "-"
+    lo, hi = m["ci95"]
+    return f"{m['k']}/{m['n']} {_pct(m['rate'])} [{_pct(lo)}–{_pct(hi)}]"
+
+
+def suite_tables(report: dict[str, Any]) -> list[Table]:
+    """The combined table (one row per policy suite), then HotpotQA, SciFact and the unanswerables."""
+    meta = report["meta"]
+    suites = report["suites"]
+    tables: list[Table] = []
+    policy = [r for r in report["combined"] if "all_gold" in r]
+    if policy:
+        t = Table(title=f"Policy QA, {meta['split']} split, {meta['commit']}: k/n % [95% Wilson]", show_lines=True)
+        for col in ("suite", "all gold in evidence", "best gold at edge", "unanswerable abstained",
+                    "false abstention", "answer accuracy", "invalid cit.", "evidence tok", "p50 ms"):
+            t.add_column(col)
+        for r in policy:
+            t.add_row(
+                r["suite"], _rate_cell(r["all_gold"]), _rate_cell(r["best_gold_at_edge"]),
+                _rate_cell(r["unanswerable_abstained"]), _rate_cell(r["false_abstention"]),
+                _rate_cell(r["answer_accuracy"]), str(r["invalid_citations"]),
+                str(r.get("evidence_tokens_mean", "")), str(r.get("ms_p50", "")),
+            )
+        tables.append(t)
+    if "hotpotqa" in suites:
+        h = suites["hotpotqa"]
+        t = Table(title="HotpotQA (both files pooled): both supporting paragraphs in the final evidence")
+        for col in ("questions", "both", "at least one", "answer present", "p50 ms"):
+            t.add_column(col)
+        for kind in ("overall", "bridge", "comparison"):
+            s = h[kind]
+            t.add_row(
+                f"{kind} ({s['questions']})", _rate_cell(s["both_in_evidence"]), _rate_cell(s["at_least_one"]),
+                _rate_cell(s["answer_present"]), f"{s['ms_end_to_end']['p50']:.0f}",
+            )
+        tables.append(t)
+    if "scifact" in suites:
+        s = suites["scifact"]
+        t = Table(title=f"SciFact ({s['queries']} train-qrels queries of the split)")
+        for col in ("metric", "mean", "95% bootstrap"):
+            t.add_column(col)
+        for metric in ("ndcg@10", "recall@100"):
+            t.add_row(metric, f"{s[metric]['mean']:.4f}", f"[{s[metric]['ci95'][0]:.3f}, {s[metric]['ci95'][1]:.3f}]")
+        tables.append(t)
+    if "unanswerable" in suites:
+        u = suites["unanswerable"]
+        t = Table(title="Unanswerable: abstained")
+        t.add_column("questions → corpus")
+        t.add_column("abstained")
+        t.add_row("near-miss (policy suites)", _rate_cell(u["near_miss"]))
+        for name, p in u["pairs"].items():
+            t.add_row(name, _rate_cell(p["abstained"]))
+        t.add_row("cross-corpus, all", _rate_cell(u["cross_corpus"]))
+        tables.append(t)
+    return tables
+
+
+@eval_app.command("suite")
+@user_errors
+def suite(
+    suites: Annotated[
+        str, typer.Option("--suites", help="Comma-separated: dev,gitlab,sample,scifact,hotpotqa,unanswerable or all.")
+    ] = "all",
+    split: Annotated[str, typer.Option("--split", help="tune (for tuning), test (for reporting) or all.")] = "test",
+    shared: Annotated[
+        Path | None, typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo.")
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Where each corpus is ingested (kept: re-runs reuse it). Default: <data-dir>/suites."),
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")] = None,
+    llm: Annotated[bool, typer.Option("--llm/--no-llm", help="Generate with the configured LLM.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")] = None,
+    rows: Annotated[bool, typer.Option("--rows", help="Keep per-question rows in --json output.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")] = False,
+) -> None:
+    """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
+    from rag.evaluation.suite import SUITES, Paths, run_suites, strip_rows
+    from rag.pipeline import PipelineOptions
+
+    chosen = list(SUITES) if suites == "all" else [s.strip() for s in suites.split(",") if s.strip()]
+    settings = _settings(data_dir)
+    root = Path(__file__).resolve().parents[2]
+    paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
+    paths.work_dir.mkdir(parents=True, exist_ok=True)
+    log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
+    report = run_suites(chosen, split, paths, options=PipelineOptions(use_llm=llm), log=log)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
+    if as_json:
+        typer.echo(json.dumps(report if rows else strip_rows(report), ensure_ascii=False, default=str))
+        return
+    console = _console()
+    for table in suite_tables(report):
+        console.print(table)

@@ -1,0 +1,493 @@
+"""Every quality suite in one run (``rag eval suite``): policy QA, SciFact, HotpotQA and unanswerables, per split.
+
+Each corpus is ingested by the project's own ingestion into ``<work_dir>/<corpus>`` (incremental: an unchanged
+corpus is reused in milliseconds) and asked through one pipeline per corpus, corpus by corpus, so at most one
+index is open at a time. Suites, each on the tune or test half of its fixed split (``rag.evaluation.splits``):
+
+* ``dev``, ``gitlab``, ``sample`` (policy QA): the question file plus the near-miss unanswerables written for its
+  corpus (``rag/evaluation/suites/near_miss/``), through ``run_qa``. Figures as ``../shared/tools/grade_evidence.py``
+  defines them (the same ``covered()``): all gold quotes in the final evidence, quotes covered, best gold at an
+  edge, unanswerable abstained, false abstention (an answerable question declined), invalid citations, evidence
+  tokens per answer, answer accuracy (answer strings, or the reference answer's key facts), latency without the
+  generator.
+* ``scifact``: nDCG@10 and recall@100 of the query path's ranking on the train-qrels queries of the split
+  (``benchmarks.retrieval``'s definitions; the test half is the half the reranker never saw).
+* ``hotpotqa``: ``dev-multihop.jsonl`` and ``dev-mixed.jsonl`` pooled into one corpus; both supporting paragraphs
+  in the final evidence and the answer span in the answer, separately for bridge and comparison questions.
+* ``unanswerable``: questions of one suite asked against another suite's corpus, which cannot answer them (policy
+  questions against Wikipedia paragraphs and scientific abstracts, HotpotQA questions and SciFact claims against the
+  policy handbooks): every one must abstain. Pairs whose domains overlap (two employee handbooks) are not used.
+
+Rates carry Wilson 95% intervals; SciFact's means a bootstrap interval over queries.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.errors import ConfigurationError
+from rag.evaluation.datasets import EvalQuestion, default_questions_path, load_questions
+from rag.evaluation.graders import covered
+from rag.evaluation.splits import SPLITS_PATH, hotpot_kind, split_ids
+from rag.evaluation.stats import wilson_interval
+
+POLICY_SUITES = ("dev", "gitlab", "sample")
+SUITES = (*POLICY_SUITES, "scifact", "hotpotqa", "unanswerable")
+NEAR_MISS_DIR = SPLITS_PATH.parent / "near_miss"
+CROSS_PER_PAIR = 40  # questions per (question suite, foreign corpus) pair, drawn with a fixed seed
+CROSS_SEED = 20261201
+# (questions of suite, asked against corpus): domains that cannot answer each other
+CROSS_PAIRS = (
+    ("dev", "hotpotqa"),
+    ("gitlab", "hotpotqa"),
+    ("sample", "hotpotqa"),
+    ("dev", "scifact"),
+    ("gitlab", "scifact"),
+    ("sample", "scifact"),
+    ("hotpotqa", "gitlab"),
+    ("hotpotqa", "dev"),
+    ("hotpotqa", "sample"),
+    ("scifact", "gitlab"),
+    ("scifact", "dev"),
+    ("scifact", "sample"),
+)
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the suites' data lives: ``shared`` is the team's read-only data folder."""
+
+    shared: Path
+    work_dir: Path
+
+    @property
+    def data(self) -> Path:
+        return self.shared / "data"
+
+    def corpus_inputs(self, corpus: str) -> list[Path]:
+        d = self.data
+        if corpus == "dev":
+            return [d / "policies/civicactions-handbook/markdown", d / "policies/epa-infosec"]
+        if corpus == "gitlab":
+            return [d / "policies/gitlab-people"]
+        if corpus == "sample":
+            return [default_questions_path().parent / "pdfs"]
+        if corpus == "scifact":
+            return [d / "scifact/corpus.jsonl"]
+        if corpus == "hotpotqa":
+            return [self.work_dir / "hotpotqa-corpus.jsonl"]
+        raise ConfigurationError(f"No corpus {corpus!r}.")
+
+    def questions(self, suite: str) -> Path:
+        if suite == "dev":
+            return self.data / "questions/dev.jsonl"
+        if suite == "gitlab":
+            return self.data / "questions/gitlab-dev.jsonl"
+        if suite == "sample":
+            return default_questions_path()
+        raise ConfigurationError(f"No policy question file for {suite!r}.")
+
+    def hotpot_files(self) -> list[Path]:
+        return [self.data / "hotpotqa/dev-multihop.jsonl", self.data / "hotpotqa/dev-mixed.jsonl"]
+
+
+def needs_shared(suite: str) -> bool:
+    return suite != "sample"
+
+
+def corpora_for(suites: Sequence[str]) -> list[str]:
+    """Corpora the chosen suites ask, in a fixed order (each ingested and opened once)."""
+    wanted: set[str] = set()
+    for s in suites:
+        if s == "unanswerable":
+            avail = set(suites) | {"gitlab", "dev", "sample", "hotpotqa", "scifact"}
+            wanted |= {c for _, c in CROSS_PAIRS if c in avail}
+        else:
+            wanted.add(s)
+    return [c for c in ("sample", "dev", "gitlab", "hotpotqa", "scifact") if c in wanted]
+
+
+# ------------------------------------------------------------------------------------------------ questions
+def policy_questions(paths: Paths, suite: str, split: str) -> list[EvalQuestion]:
+    """The suite's questions and its near-miss unanswerables, restricted to ``split``."""
+    keep = split_ids(suite, split)
+    qs = [q for q in load_questions(paths.questions(suite)) if q.id in keep]
+    near = NEAR_MISS_DIR / f"{suite}.jsonl"
+    if near.is_file():
+        near_keep = split_ids(f"near_miss_{suite}", split)
+        qs += [q for q in load_questions(near) if q.id in near_keep]
+    return qs
+
+
+def hotpot_records(paths: Paths) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for path in paths.hotpot_files()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+
+
+def scifact_queries(paths: Paths, split: str) -> list[Any]:
+    from benchmarks.retrieval import load_queries
+
+    keep = split_ids("scifact", split)
+    qs = load_queries(paths.data / "scifact/queries.jsonl", paths.data / "scifact/qrels/train.tsv")
+    return [q for q in qs if q.qid in keep]
+
+
+def cross_questions(paths: Paths, source: str, split: str) -> list[EvalQuestion]:
+    """``source``'s answerable questions as unanswerables (asked elsewhere), a fixed sample of the split."""
+    if source in POLICY_SUITES:
+        pool = [
+            EvalQuestion(f"x-{source}-{q.id}", q.question, "unanswerable", user=q.user, groups=q.groups)
+            for q in policy_questions(paths, source, split)
+            if not q.expects_abstention
+        ]
+    elif source == "hotpotqa":
+        keep = split_ids("hotpotqa", split)
+        pool = [
+            EvalQuestion(f"x-hotpotqa-{r['question_id']}", r["question_text"], "unanswerable")
+            for r in hotpot_records(paths)
+            if str(r["question_id"]) in keep
+        ]
+    elif source == "scifact":
+        pool = [EvalQuestion(f"x-scifact-{q.qid}", q.text, "unanswerable") for q in scifact_queries(paths, split)]
+    else:
+        raise ConfigurationError(f"No questions for {source!r}.")
+    pool.sort(key=lambda q: q.id)
+    random.Random(f"{CROSS_SEED}:{source}:{split}").shuffle(pool)
+    return pool[:CROSS_PER_PAIR]
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(k, n)
+    return {"k": k, "n": n, "rate": round(k / n, 4) if n else None, "ci95": [round(lo, 4), round(hi, 4)]}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 2) if values else 0.0
+
+
+def bootstrap_mean(values: Sequence[float], n: int = 2000, seed: int = 0) -> list[float]:
+    if not values:
+        return [0.0, 0.0]
+    arr = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = arr[rng.integers(0, len(arr), size=(n, len(arr)))].mean(axis=1)
+    return [round(float(np.percentile(means, 2.5)), 4), round(float(np.percentile(means, 97.5)), 4)]
+
+
+def no_generator_ms(result: dict[str, Any]) -> float:
+    timings = result.get("timings_ms") or {}
+    return sum(v for k, v in timings.items() if k not in ("generate", "total"))
+
+
+def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
+    """The grader's per-question facts (``grade_evidence.py``), plus answer accuracy and cost."""
+    from rag.evaluation.graders import best_gold_at_edge
+    from rag.evaluation.qa import grade_answer
+
+    evidence = sorted(result.get("evidence", []), key=lambda e: e.get("n", 0))
+    texts = [e.get("text", "") for e in evidence]
+    answer = str(result.get("answer") or "")
+    abstained = bool(result.get("abstained"))
+    citations = result.get("citations", [])
+    correct = grade_answer(q, answer, abstained)[0]
+    row: dict[str, Any] = {
+        "id": q.id,
+        "type": q.type,
+        "question": q.question,
+        "answerable": not q.expects_abstention,
+        "unanswerable": q.type == "unanswerable",
+        "abstained": abstained,
+        "correct": correct,
+        "has_gold_answer": bool(q.answers or q.answer or q.all_of),
+        "citations": len(citations),
+        "invalid_citations": sum(1 for c in citations if not c.get("valid", False)),
+        "evidence_tokens": (result.get("tokens") or {}).get("evidence", 0),
+        "evidence_words": sum(len(t.split()) for t in texts),
+        "ms": round(no_generator_ms(result), 3),
+        "error": result.get("error"),
+    }
+    if q.quotes and not q.expects_abstention:
+        hits = [covered(g, texts) for g in q.quotes]
+        row.update(
+            quotes=len(hits), quotes_covered=sum(hits), all_gold=all(hits),
+            best_gold_at_edge=best_gold_at_edge(q.quotes[0], evidence),
+        )
+    return row
+
+
+def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    graded = [r for r in rows if "all_gold" in r]
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if r["unanswerable"]]
+    with_answer = [r for r in answerable if r["has_gold_answer"]]
+    restricted = [r for r in rows if not r["answerable"] and not r["unanswerable"]]
+    by_type: dict[str, Any] = {}
+    for t in sorted({r["type"] for r in graded}):
+        sub = [r for r in graded if r["type"] == t]
+        by_type[t] = rate(sum(r["all_gold"] for r in sub), len(sub))
+    answered = [r for r in answerable if not r["abstained"]] or answerable
+    return {
+        "questions": len(rows),
+        "all_gold": rate(sum(r["all_gold"] for r in graded), len(graded)),
+        "quotes_covered": rate(sum(r["quotes_covered"] for r in graded), sum(r["quotes"] for r in graded)),
+        "best_gold_at_edge": rate(sum(r["best_gold_at_edge"] for r in graded), len(graded)),
+        "all_gold_by_type": by_type,
+        "unanswerable_abstained": rate(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
+        "false_abstention": rate(sum(r["abstained"] for r in answerable), len(answerable)),
+        "restricted_declined": rate(sum(r["abstained"] for r in restricted), len(restricted)),
+        "answer_accuracy": rate(sum(r["correct"] for r in with_answer), len(with_answer)),
+        "invalid_citations": sum(r["invalid_citations"] for r in rows),
+        "citations": sum(r["citations"] for r in rows),
+        "evidence_tokens_mean": round(statistics.fmean(r["evidence_tokens"] for r in answered), 1)
+        if answered else 0.0,
+        "evidence_words_mean": round(statistics.fmean(r["evidence_words"] for r in answered), 1)
+        if answered else 0.0,
+        "ms_p50": percentile([r["ms"] for r in rows], 50),
+        "ms_p95": percentile([r["ms"] for r in rows], 95),
+        "errors": sum(1 for r in rows if r["error"]),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ running
+def ask_all(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> list[dict[str, Any]]:
+    """``rag ask --json`` objects, one per question, asked as each record's user (default ``eval``)."""
+    from rag.evaluation.qa import run_qa
+
+    return run_qa(questions, pipeline, options=options).results
+
+
+def run_policy(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> dict[str, Any]:
+    results = ask_all(pipeline, questions, options)
+    rows = [grade_policy(q, r) for q, r in zip(questions, results, strict=True)]
+    return {**summarise_policy(rows), "rows": rows}
+
+
+def run_hotpot(pipeline: Any, records: Sequence[dict[str, Any]], options: Any) -> dict[str, Any]:
+    from rag.evaluation.multihop import MultiHopQuestion, paragraph_id, run_multihop, summarise
+
+    kinds = {str(r["question_id"]): hotpot_kind(r) for r in records}
+    qs = [
+        MultiHopQuestion(
+            str(r["question_id"]),
+            r["question_text"],
+            tuple(s for o in r.get("answers_objects", []) for s in o.get("spans", []) if s),
+            tuple(paragraph_id(c["title"], c["paragraph_text"]) for c in r["contexts"] if c.get("is_supporting")),
+        )
+        for r in records
+    ]
+    report = run_multihop(qs, pipeline, {"default": options})
+    rows = [{**row, "kind": kinds[row["id"]]} for row in report.rows["default"]]
+    out: dict[str, Any] = {"overall": summarise(rows)}
+    for kind in ("bridge", "comparison"):
+        out[kind] = summarise([r for r in rows if r["kind"] == kind])
+    out["rows"] = rows
+    return out
+
+
+def run_scifact(data_dir: Path, queries: Sequence[Any]) -> dict[str, Any]:
+    from benchmarks.retrieval import run
+
+    result = run(data_dir, queries, per_query=True)
+    rows = result["per_query"]["pipeline"]
+    out = {"queries": len(rows), "index": result["index"]}
+    for metric in ("ndcg@10", "recall@100"):
+        vals = [r[metric] for r in rows]
+        out[metric] = {"mean": round(statistics.fmean(vals), 4) if vals else 0.0, "ci95": bootstrap_mean(vals)}
+    out["ms_p50"] = result["systems"]["pipeline"].get("ms_p50")
+    return out
+
+
+def ingest_corpus(paths: Paths, corpus: str, log: Log) -> Path:
+    from ingest.indexer import ingest
+    from rag.config import load_settings
+
+    data_dir = paths.work_dir / corpus
+    if corpus == "hotpotqa":
+        from rag.evaluation.multihop import load_multihop, write_corpus
+
+        records: dict[str, dict[str, str]] = {}
+        for f in paths.hotpot_files():
+            for r in load_multihop(f)[1]:
+                records.setdefault(r["_id"], r)
+        write_corpus(list(records.values()), paths.work_dir / "hotpotqa-corpus.jsonl")
+    inputs = paths.corpus_inputs(corpus)
+    missing = [p for p in inputs if not p.exists()]
+    if missing:
+        raise ConfigurationError(f"Suite corpus {corpus!r} is missing {missing[0]}.", hint="Pass --shared DIR.")
+    started = time.perf_counter()
+    # prune: the work dir holds exactly the suite corpus (a corpus moved to another checkout is not kept twice)
+    report = ingest([str(p) for p in inputs], load_settings(data_dir=data_dir), prune=True)
+    if not report.ok:
+        raise ConfigurationError(f"Ingesting the {corpus} corpus failed; run `rag ingest` on {inputs} to see why.")
+    log(f"{corpus}: {report.index_chunks} chunks ready in {time.perf_counter() - started:.1f} s")
+    return data_dir
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_suites(
+    suites: Sequence[str],
+    split: str,
+    paths: Paths,
+    *,
+    options: Any = None,
+    settings_overrides: dict[str, Any] | None = None,
+    log: Log = lambda _msg: None,
+) -> dict[str, Any]:
+    """Run ``suites`` on ``split``; returns ``{meta, suites, combined}`` (the ``rag eval suite --json`` shape)."""
+    from rag.config import load_settings
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions
+
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        raise ConfigurationError(f"Unknown suite {unknown[0]!r}.", hint=f"Suites: {', '.join(SUITES)}.")
+    if any(needs_shared(s) for s in suites) and not paths.data.is_dir():
+        raise ConfigurationError(
+            f"The suites {', '.join(s for s in suites if needs_shared(s))} need the shared data at {paths.shared}.",
+            hint="Pass --shared DIR, or run only --suites sample.",
+        )
+    options = options or PipelineOptions(use_llm=False)
+    overrides = settings_overrides or {}
+    out: dict[str, Any] = {}
+    cross_rows: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    settings_seen: dict[str, Any] = {}
+    for corpus in corpora_for(suites):
+        if needs_shared(corpus) and not paths.data.is_dir():
+            continue
+        data_dir = ingest_corpus(paths, corpus, log)
+        if corpus == "scifact" and "scifact" in suites:
+            log("scifact: ranking the split's queries")
+            out["scifact"] = run_scifact(data_dir, scifact_queries(paths, split))
+        pipeline = build_pipeline(load_settings(data_dir=data_dir, **overrides))
+        settings_seen = {
+            "reranker": pipeline.reranker.name,
+            "evidence_k": pipeline.settings.evidence_k,
+            "evidence_token_budget": pipeline.settings.evidence_token_budget,
+        }
+        try:
+            if corpus in POLICY_SUITES and corpus in suites:
+                log(f"{corpus}: asking the {split} questions")
+                out[corpus] = run_policy(pipeline, policy_questions(paths, corpus, split), options)
+            if corpus == "hotpotqa" and "hotpotqa" in suites:
+                keep = split_ids("hotpotqa", split)
+                log("hotpotqa: asking the split's questions")
+                records = [r for r in hotpot_records(paths) if str(r["question_id"]) in keep]
+                out["hotpotqa"] = run_hotpot(pipeline, records, options)
+            if "unanswerable" in suites:
+                for source, target in CROSS_PAIRS:
+                    if target != corpus or (needs_shared(source) and not paths.data.is_dir()):
+                        continue
+                    qs = cross_questions(paths, source, split)
+                    log(f"unanswerable: {len(qs)} {source} questions against the {corpus} corpus")
+                    results = ask_all(pipeline, qs, options)
+                    cross_rows[f"{source}->{target}"] = [grade_policy(q, r) for q, r in zip(qs, results, strict=True)]
+        finally:
+            pipeline.reader.close()
+    if "unanswerable" in suites:
+        pairs = {
+            name: {
+                "abstained": rate(sum(r["abstained"] for r in rows), len(rows)),
+                "invalid_citations": sum(r["invalid_citations"] for r in rows),
+            }
+            for name, rows in cross_rows.items()
+        }
+        near = [r for s in POLICY_SUITES if s in out for r in out[s]["rows"] if r["id"].startswith("nm-")]
+        every = [r for rows in cross_rows.values() for r in rows]
+        out["unanswerable"] = {
+            "cross_corpus": rate(sum(r["abstained"] for r in every), len(every)),
+            "near_miss": rate(sum(r["abstained"] for r in near), len(near)),
+            "pairs": pairs,
+            "rows": every,
+        }
+    return {
+        "meta": {
+            "split": split,
+            "suites": list(suites),
+            "commit": git_commit(),
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "seconds": round(time.perf_counter() - started, 1),
+            "work_dir": str(paths.work_dir),
+            "settings": {**settings_seen, **overrides},
+        },
+        "suites": out,
+        "combined": combined(out),
+    }
+
+
+def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per suite with its headline figures (the table docs/evaluation.md keeps)."""
+    rows: list[dict[str, Any]] = []
+    for name in POLICY_SUITES:
+        if name in suites:
+            s = suites[name]
+            rows.append({
+                "suite": name,
+                "all_gold": s["all_gold"],
+                "best_gold_at_edge": s["best_gold_at_edge"],
+                "unanswerable_abstained": s["unanswerable_abstained"],
+                "false_abstention": s["false_abstention"],
+                "answer_accuracy": s["answer_accuracy"],
+                "invalid_citations": s["invalid_citations"],
+                "evidence_tokens_mean": s["evidence_tokens_mean"],
+                "ms_p50": s["ms_p50"],
+            })
+    policy = [suites[n] for n in POLICY_SUITES if n in suites]
+    if len(policy) > 1:
+        def pooled(key: str) -> dict[str, Any]:
+            return rate(sum(s[key]["k"] for s in policy), sum(s[key]["n"] for s in policy))
+
+        rows.append({
+            "suite": "policy (pooled)",
+            **{k: pooled(k) for k in ("all_gold", "best_gold_at_edge", "unanswerable_abstained",
+                                      "false_abstention", "answer_accuracy")},
+            "invalid_citations": sum(s["invalid_citations"] for s in policy),
+        })
+    if "hotpotqa" in suites:
+        h = suites["hotpotqa"]
+        rows.append({
+            "suite": "hotpotqa",
+            "both_supporting": h["overall"]["both_in_evidence"],
+            "bridge_both": h["bridge"]["both_in_evidence"],
+            "comparison_both": h["comparison"]["both_in_evidence"],
+            "answer_present": h["overall"]["answer_present"],
+            "ms_p50": h["overall"]["ms_end_to_end"]["p50"],
+        })
+    if "scifact" in suites:
+        rows.append({"suite": "scifact", **{k: suites["scifact"][k] for k in ("ndcg@10", "recall@100")}})
+    if "unanswerable" in suites:
+        u = suites["unanswerable"]
+        rows.append({"suite": "unanswerable", "cross_corpus": u["cross_corpus"], "near_miss": u["near_miss"]})
+    return rows
+
+
+def strip_rows(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without per-question rows (what ``--json`` prints unless ``--rows``)."""
+    suites = {name: {k: v for k, v in s.items() if k != "rows"} for name, s in report["suites"].items()}
+    return {**report, "suites": suites}

@@ -1,0 +1,141 @@
+"""`rag eval suite` and its splits: fixed, seeded, stratified, disjoint; the sample suite end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rag.evaluation import splits as splits_mod
+from rag.evaluation import suite as suite_mod
+from rag.evaluation.cli import eval_app
+from rag.evaluation.datasets import default_questions_path, load_questions
+from rag.evaluation.splits import hotpot_kind, split_ids, stratified
+
+runner = CliRunner()
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+
+
+def test_stratified_split_is_seeded_disjoint_and_keeps_every_type() -> None:
+    items = [(f"q{i:02d}", "single" if i % 3 else "compound") for i in range(30)]
+    a, b = stratified(items), stratified(list(reversed(items)))
+    assert a == b  # order of the input does not matter, only the seed
+    assert not set(a["tune"]) & set(a["test"]) and len(a["tune"]) + len(a["test"]) == 30
+    for part in ("tune", "test"):
+        assert {t for q, t in items if q in a[part]} == {"single", "compound"}
+    assert stratified(items, seed="another seed") != a
+
+
+def test_committed_splits_cover_every_question_once() -> None:
+    ids = {q.id for q in load_questions(default_questions_path())}
+    tune, test = split_ids("sample", "tune"), split_ids("sample", "test")
+    assert tune | test == ids and not tune & test
+    assert split_ids("sample", "all") == ids
+    # every type with at least two questions is on both sides
+    types = Counter(q.type for q in load_questions(default_questions_path()))
+    for t, n in types.items():
+        if n >= 2:
+            of_type = {q.id for q in load_questions(default_questions_path()) if q.type == t}
+            assert of_type & tune and of_type & test, t
+
+
+@pytest.mark.shared
+def test_committed_splits_match_the_seed() -> None:
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"../shared is absent ({SHARED}): the split rebuild needs its question files")
+    assert splits_mod.main(["--shared", str(SHARED), "--check"]) == 0
+
+
+def test_scifact_test_half_is_the_rerankers_held_out_half() -> None:
+    from rag.rerank_train import heldout
+
+    test = split_ids("scifact", "test")
+    assert test and all(heldout(q) for q in test)
+    assert not any(heldout(q) for q in split_ids("scifact", "tune"))
+
+
+def test_hotpot_kind() -> None:
+    def record(question: str, answer: str, titles: tuple[str, str]) -> dict:
+        return {
+            "question_text": question,
+            "answers_objects": [{"spans": [answer]}],
+            "contexts": [{"title": t, "is_supporting": True} for t in titles],
+        }
+
+    assert hotpot_kind(record("Who is older, Ferdi Taygan or Mahesh Bhupathi?", "Ferdi Taygan",
+                              ("Ferdi Taygan", "Mahesh Bhupathi"))) == "comparison"
+    assert hotpot_kind(record("Are A and B both magazines?", "yes", ("A", "B"))) == "comparison"
+    assert hotpot_kind(record("The director of Ed Wood (film) was born in which city?", "Burbank",
+                              ("Ed Wood (film)", "Tim Burton"))) == "bridge"
+
+
+def test_cross_pairs_never_ask_a_handbook_another_handbooks_questions() -> None:
+    policy = set(suite_mod.POLICY_SUITES)
+    assert not any(src in policy and dst in policy for src, dst in suite_mod.CROSS_PAIRS)
+    assert {dst for _, dst in suite_mod.CROSS_PAIRS} >= policy
+
+
+def test_summarise_policy_counts_as_the_reference_grader() -> None:
+    rows = [
+        {"id": "a", "type": "single", "answerable": True, "unanswerable": False, "abstained": False,
+         "correct": True, "has_gold_answer": True, "citations": 1, "invalid_citations": 0,
+         "evidence_tokens": 100, "evidence_words": 80, "ms": 10.0, "error": None,
+         "quotes": 2, "quotes_covered": 1, "all_gold": False, "best_gold_at_edge": True},
+        {"id": "b", "type": "single", "answerable": True, "unanswerable": False, "abstained": True,
+         "correct": False, "has_gold_answer": True, "citations": 0, "invalid_citations": 0,
+         "evidence_tokens": 0, "evidence_words": 0, "ms": 20.0, "error": None,
+         "quotes": 1, "quotes_covered": 1, "all_gold": True, "best_gold_at_edge": False},
+        {"id": "nm-1", "type": "unanswerable", "answerable": False, "unanswerable": True, "abstained": True,
+         "correct": True, "has_gold_answer": False, "citations": 1, "invalid_citations": 1,
+         "evidence_tokens": 0, "evidence_words": 0, "ms": 30.0, "error": None},
+    ]
+    s = suite_mod.summarise_policy(rows)
+    assert (s["all_gold"]["k"], s["all_gold"]["n"]) == (1, 2)
+    assert (s["quotes_covered"]["k"], s["quotes_covered"]["n"]) == (2, 3)
+    assert (s["false_abstention"]["k"], s["false_abstention"]["n"]) == (1, 2)
+    assert (s["unanswerable_abstained"]["k"], s["unanswerable_abstained"]["n"]) == (1, 1)
+    assert s["invalid_citations"] == 1
+    assert s["evidence_tokens_mean"] == 100.0  # over answered questions only
+    lo, hi = s["all_gold"]["ci95"]
+    assert lo < 0.5 < hi
+
+
+@pytest.mark.slow
+def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
+    res = runner.invoke(
+        eval_app,
+        ["suite", "--suites", "sample", "--split", "test", "--work-dir", str(tmp_path / "w"),
+         "--data-dir", str(tmp_path / "d"), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["meta"]["split"] == "test" and data["meta"]["suites"] == ["sample"]
+    s = data["suites"]["sample"]
+    test_ids = split_ids("sample", "test")
+    assert s["questions"] == len(test_ids) + len(split_ids("near_miss_sample", "test") if
+                                                 (suite_mod.NEAR_MISS_DIR / "sample.jsonl").is_file() else ())
+    assert "rows" not in s  # --rows keeps them
+    for key in ("all_gold", "best_gold_at_edge", "unanswerable_abstained", "false_abstention", "answer_accuracy"):
+        m = s[key]
+        assert 0 <= m["ci95"][0] <= (m["rate"] or 0) <= m["ci95"][1] <= 1
+    # the sample corpus answers its own questions: a real floor, not a tautology
+    assert s["all_gold"]["rate"] >= 0.8 and s["invalid_citations"] == 0
+    assert data["combined"][0]["suite"] == "sample"
+
+
+def test_suites_that_need_shared_data_say_so(tmp_path: Path) -> None:
+    res = runner.invoke(
+        eval_app,
+        ["suite", "--suites", "gitlab", "--shared", str(tmp_path / "nowhere"), "--work-dir", str(tmp_path / "w"),
+         "--data-dir", str(tmp_path / "d")],
+    )
+    assert res.exit_code != 0
+    assert "shared data" in res.output and "--suites sample" in res.output
+
+
+def test_unknown_suite_is_a_clear_error(tmp_path: Path) -> None:
+    res = runner.invoke(eval_app, ["suite", "--suites", "nope", "--work-dir", str(tmp_path), "--data-dir", str(tmp_path)])
+    assert res.exit_code != 0 and "Unknown suite 'nope'" in res.output
