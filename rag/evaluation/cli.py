@@ -548,6 +548,10 @@ def suite(
     llm: Annotated[bool, typer.Option("--llm/--no-llm", help="Generate with the configured LLM.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Keep per-question rows in --json output.")] = False,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="A setting for every suite's pipeline, NAME=VALUE (repeatable): a variant to compare."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")] = False,
 ) -> None:
     """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
@@ -560,7 +564,13 @@ def suite(
     paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
     paths.work_dir.mkdir(parents=True, exist_ok=True)
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
-    report = run_suites(chosen, split, paths, options=PipelineOptions(use_llm=llm), log=log)
+    pairs = [o.split("=", 1) for o in overrides or []]
+    if any(len(p) != 2 or not p[0].strip() for p in pairs):
+        raise ConfigurationError("--set takes NAME=VALUE, e.g. --set evidence_k=10.")
+    report = run_suites(
+        chosen, split, paths, options=PipelineOptions(use_llm=llm), log=log,
+        settings_overrides={name.strip(): value for name, value in pairs},
+    )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
