@@ -55,10 +55,11 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # Haystack would otherwise try to phone home
-os.environ.setdefault("TQDM_DISABLE", "1")
+from rag.config import library_defaults
+
+library_defaults(  # read by Haystack and the Hugging Face libraries at import; Haystack would otherwise phone home
+    {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False", "TQDM_DISABLE": "1"}
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
+from rag.config import library_defaults
+
+library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
 from benchmarks.metrics import ndcg_at, recall_at  # noqa: E402
 from rag.embedder import load_embedder  # noqa: E402

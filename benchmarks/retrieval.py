@@ -221,9 +221,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--depth", type=int, default=100, help="Documents each leg must be able to rank (recall@100).")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    from rag.config import library_defaults
+
+    library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

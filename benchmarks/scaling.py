@@ -698,9 +698,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(_run_child(sys.argv[2], json.loads(sys.argv[3]))))
         return
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    from rag.config import library_defaults
+
+    library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
     if args.command == "build":
         deadline = time.monotonic() + args.budget_min * 60 if args.budget_min > 0 else None
         rate = None  # seconds per chunk of the last size built by this command

@@ -18,7 +18,6 @@ import argparse
 import hashlib
 import json
 import multiprocessing
-import os
 import random
 import statistics
 import sys
@@ -281,6 +280,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rag.config import load_settings
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--writes", type=int, default=500, help="Trace writes per process.")
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("RAG_TEST_POSTGRES_URL"),
+        default=load_settings().test_postgres_url,
         help="PostgreSQL URL (default: $RAG_TEST_POSTGRES_URL; unset: skip PostgreSQL).",
     )
     parser.add_argument("--keep", action="store_true", help="Keep the PostgreSQL schema / SQLite file.")

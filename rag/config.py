@@ -5,6 +5,8 @@ Every setting has an embedded default; override with ``RAG_*`` environment varia
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -85,6 +87,11 @@ class Settings(BaseSettings):
     # Conversation memory
     history_token_budget: int = 400
 
+    # Tests and benchmarks
+    test_postgres_url: str | None = Field(
+        default=None, description="A throwaway PostgreSQL for the trace-store tests and benchmarks (scripts/postgres.sh)."
+    )
+
     # Sign-in for the UI (ui/auth.py). Who the user is comes from the deployment, never from a choice in the page.
     # The default is 'proxy', so a deployment that forgets the setting shows a sign-in page, never the demo
     # picker; scripts/start.sh (the localhost demo) sets RAG_AUTH=demo, and demo refuses a non-loopback address.
@@ -155,3 +162,11 @@ def load_settings(**overrides: object) -> Settings:
 @lru_cache(maxsize=1)
 def default_settings() -> Settings:
     return load_settings()
+
+
+def library_defaults(values: Mapping[str, str]) -> None:
+    """Defaults for third-party libraries that read only environment variables at import (Haystack's telemetry
+    switch, tqdm's progress bars), for the benchmark processes that import them: ``setdefault``, so a value the
+    user set wins. Project code takes its settings from :func:`load_settings`, never from here."""
+    for name, value in values.items():
+        os.environ.setdefault(name, value)

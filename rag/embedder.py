@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -47,16 +46,15 @@ def resolve_model_dir(name: str) -> Path:
 
 
 class SentenceTransformerEmbedder:
-    """sentence-transformers model loaded from a local folder with the hub switched off."""
+    """sentence-transformers model loaded from a local folder, never from a model hub (``local_files_only``:
+    nothing is changed process-wide)."""
 
     def __init__(self, name: str, *, batch_size: int = 32) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub at run time
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
         self.name = name
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(resolve_model_dir(name)), device="cpu")
+        self._model = SentenceTransformer(str(resolve_model_dir(name)), device="cpu", local_files_only=True)
         self.dim = int(self._model.get_embedding_dimension() or 0)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -571,17 +571,16 @@ class CrossEncoderReranker:
     """A sentence-transformers CrossEncoder; all pairs go through one ``predict`` call."""
 
     def __init__(self, path_or_id: str, *, batch_size: int = 32, max_length: int | None = None) -> None:
-        import os
-
         local = Path(path_or_id).expanduser()
-        if local.is_dir():
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             from sentence_transformers import CrossEncoder
 
+            # a local folder never reaches a model hub (local_files_only: nothing changed process-wide)
             self._model = CrossEncoder(
-                str(local) if local.is_dir() else path_or_id, device="cpu", max_length=max_length
+                str(local) if local.is_dir() else path_or_id,
+                device="cpu",
+                max_length=max_length,
+                local_files_only=local.is_dir(),
             )
         except Exception as exc:  # OSError, ValueError, hub errors: all mean "cannot load this model"
             raise ConfigurationError(
