@@ -87,6 +87,13 @@ class Settings(BaseSettings):
     # Conversation memory
     history_token_budget: int = 400
 
+    # Chat page
+    support_contact: str = Field(
+        default="the People Team or the IT Service Desk",
+        description="Where an employee can ask when the bot cannot answer (a document's own contact comes first).",
+    )
+    question_max_chars: int = Field(default=1000, ge=1, description="Longest question the chat accepts.")
+
     # Tests and benchmarks
     test_postgres_url: str | None = Field(
         default=None, description="A throwaway PostgreSQL for the trace-store tests and benchmarks (scripts/postgres.sh)."

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
 from rag.stages.citations import check_citations, claim_key, lexical_support, repair_citations
 from rag.stages.dedup import remove_near_duplicates
-from rag.stages.extractive import extractive_answer
+from rag.stages.extractive import check_addresses, extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
     AboutIndex,
@@ -101,6 +101,7 @@ class Result:
     generation_mode: str
     budgets: dict[str, Any] = field(default_factory=dict)
     hops: list[dict[str, Any]] = field(default_factory=list)
+    answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def to_json(self) -> dict[str, Any]:
@@ -145,6 +146,7 @@ class Result:
                 for b in self.bundles
             ],
             "hops": self.hops,
+            "answer_check": self.answer_check,
             "budgets": self.budgets,
             "prompt": {
                 "system": self.prompt.system if self.prompt else "",
@@ -607,6 +609,12 @@ class Pipeline:
             citations = check_citations(answer, evidence, support=support)
             d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
                      unsupported=sum(not c.supported for c in citations))
+        with rec.stage("answer_check") as d:
+            # does the answer address every part of the question? ("Citations checked" needs it)
+            checks = check_addresses(answer, intents, abstained=abstain)
+            answer_check = {"complete": bool(checks) and all(c.addressed for c in checks),
+                            "intents": [asdict(c) for c in checks]}
+            d.update(answer_check)
         result = Result(
             trace_id=uuid.uuid4().hex,
             question=question,
@@ -626,6 +634,7 @@ class Pipeline:
             packing=packing,
             generation_mode=s.generation_mode if use_llm else "extractive",
             hops=hops,
+            answer_check=answer_check,
             budgets={
                 "evidence_k": k,
                 "evidence_token_budget": token_budget,

@@ -40,8 +40,17 @@ def decide_abstention(
     return False, [], None
 
 
+_MARKER_LIKE = re.compile(r"\[(\s*\d[\d\s,;\u2013\u2014-]*)\]")
+
+
+def quote_user_text(text: str) -> str:
+    """The user's words as an answer may repeat them: a "[3]" they typed becomes "(3)", so the citation check
+    never reads user text as a citation."""
+    return _MARKER_LIKE.sub(r"(\1)", text.strip())
+
+
 def _listing(intents: Sequence[Intent]) -> str:
-    return "; ".join(f'"{i.text.strip()}"' for i in intents)
+    return "; ".join(f'"{quote_user_text(i.text)}"' for i in intents)
 
 
 def abstention_text(question: str, uncovered: Sequence[Intent], all_intents: Sequence[Intent]) -> str:
@@ -52,7 +61,7 @@ def abstention_text(question: str, uncovered: Sequence[Intent], all_intents: Seq
     if not uncovered:
         return ""
     if {i.index for i in uncovered} >= {i.index for i in all_intents}:
-        about = _listing(uncovered) if len(uncovered) > 1 else f'"{question.strip()}"'
+        about = _listing(uncovered) if len(uncovered) > 1 else f'"{quote_user_text(question)}"'
         return f"{NOT_ANSWERABLE}: I found no passage that answers {about}."
     return f"{PARTIAL}: {_listing(uncovered)}."
 

@@ -7,9 +7,11 @@ instructions: sentences that address an AI ("ignore previous instructions", "you
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rag.stages.abstention import quote_user_text
 from rag.text import bm25_tokens, split_sentences
 from rag.types import Evidence, Generated, Intent
 
@@ -81,17 +83,105 @@ def _is_heading(text: str, headings: set[str]) -> bool:
     return text.lstrip().startswith("#") or any(bare in heading for heading in headings)
 
 
-def _table_rows(text: str) -> list[str] | None:
-    """The lines of a flattened table ("Role Laptop refresh (years) ... / Designer 3 no phone 4"), or None.
+_NUMBER = re.compile(r"^[($€£]?\d[\d,.]*%?\)?$")
+_ROW_KEY = re.compile(r"^[A-Z]{1,3}-?\d{1,3}$")  # "L5", "P-2": a row label, not a value
 
-    Three or more lines, none ending a sentence, most holding a number: each row is its own answer unit,
-    read with the table's first line (its column names), not the whole table at once.
+
+def _table_rows(text: str) -> list[str] | None:
+    """The header and rows of a flattened table, or None when ``text`` is not one.
+
+    Three or more lines, none ending a sentence, most holding a number. PDF extraction flattens a table with
+    multi-line cells into lines that are not rows: the header runs into the first row ("... Maximum (USD) L1
+    Store associate, 38,000 ...") and a wrapped cell's other lines sit above and below its row's line
+    ("Senior software" / "L5 engineer, Regional 105,000 126,000 147,000 manager"). Lines holding a number are
+    the rows; the lines between two rows are split between them (a wrapped cell is centred on its row), the
+    lines before the first row continue the header. Returns ``[header, row, row, ...]``.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) < 3 or any(_ENDS_SENTENCE.search(line) for line in lines):
         return None
-    numeric = sum(bool(re.search(r"\d", line)) for line in lines)
-    return lines if numeric >= 0.6 * len(lines) else None
+    numeric = [bool(re.search(r"\d", line)) for line in lines]
+    if sum(numeric) < 0.5 * len(lines):
+        return None
+    header, first_row = _split_header(lines[0])
+    body = [*([first_row] if first_row else []), *lines[1:]]
+    keys = [i for i, line in enumerate(body) if re.search(r"\d", line)]
+    if not keys:
+        return None
+    header = " ".join([header, *body[: keys[0]]]).strip()
+    before: dict[int, list[str]] = {k: [] for k in keys}
+    after: dict[int, list[str]] = {k: [] for k in keys}
+    for prev, nxt in zip(keys, [*keys[1:], len(body)], strict=True):
+        between = body[prev + 1 : nxt]
+        if nxt == len(body):
+            after[prev] += between
+            continue
+        half = (len(between) + 1) // 2
+        after[prev] += between[:half]
+        before[nxt] += between[half:]
+    rows = [_row(body[k], before[k], after[k]) for k in keys]
+    return [header, *rows] if header else rows
+
+
+def _split_header(line: str) -> tuple[str, str]:
+    """("Level ... Maximum (USD)", "L1 Store associate, 38,000 ...") when the header runs into the first row:
+    the header ends at its last column unit ("(USD)", "(years)") before the row's first number."""
+    words = line.split()
+    first_number = next((i for i, w in enumerate(words) if _NUMBER.match(w)), None)
+    if first_number is None:
+        return line, ""
+    ends = [i for i, w in enumerate(words[:first_number]) if w.endswith(")")]
+    if not ends or ends[-1] + 1 >= first_number:  # no unit, or no row label after it: the line is the header
+        return line, ""
+    return " ".join(words[: ends[-1] + 1]), " ".join(words[ends[-1] + 1 :])
+
+
+def _row(line: str, before: list[str], after: list[str]) -> str:
+    """One row's text with its wrapped cell put back together: "L5 Senior software engineer, Regional manager
+    105,000 126,000 147,000" from "Senior software" / "L5 engineer, Regional 105,000 ... manager"."""
+    words = line.split()
+    numbers = [i for i, w in enumerate(words) if _NUMBER.match(w)]
+    tail = words[numbers[-1] + 1 :] if numbers else []  # words after the last value belong to the label
+    words = words[: numbers[-1] + 1] if numbers else words
+    key = [words.pop(0)] if words and _ROW_KEY.match(words[0]) else []
+    first_value = next((i for i, w in enumerate(words) if _NUMBER.match(w)), len(words))
+    label = [*" ".join(before).split(), *words[:first_value], *tail, *" ".join(after).split()]
+    return " ".join([*key, *label, *words[first_value:]])
+
+
+_UNIT = re.compile(r"^(?P<name>.*?)\s*\((?P<unit>[^()]+)\)$")
+
+
+def _read_row(header: str, row: str) -> str:
+    """A row read with its column names: "L5 Senior software engineer, Regional manager: Minimum 105,000 USD;
+    Midpoint 126,000 USD; Maximum 147,000 USD". The header's value columns end with their unit in brackets;
+    when they do not line up with the row's values the row is read after the whole header."""
+    words = row.split()
+    start = next((i for i, w in enumerate(words) if _NUMBER.match(w)), None)
+    columns = re.findall(r"[^()]*?\([^()]*\)", header)
+    if start is None or not columns:
+        return f"{header} … {row}"
+    values: list[str] = []
+    for w in words[start:]:
+        if _NUMBER.match(w) or not values or _NUMBER.match(values[-1].split()[-1]):
+            values.append(w)
+        else:
+            values[-1] += f" {w}"
+    if len(values) != len(columns):
+        return f"{header} … {row}"
+    capitalised = [i for i, w in enumerate(columns[0].split()) if w[:1].isupper()]
+    columns[0] = " ".join(columns[0].split()[capitalised[-1] if capitalised else 0 :])
+    cells = []
+    for column, value in zip(columns, values, strict=True):
+        m = _UNIT.match(column.strip())
+        name, unit = (m.group("name"), m.group("unit")) if m else (column.strip(), "")
+        cells.append(f"{name} {value} {unit}".strip() if _NUMBER.match(value) else f"{name} {value}")
+    return f"{' '.join(words[:start])}: {'; '.join(cells)}"
+
+
+def _identifiers(text: str) -> set[str]:
+    """Form and control ids a sentence names ("EXP-7", "SEC-9"): a sentence naming the same one completes it."""
+    return {m.upper() for m in re.findall(r"\b[A-Za-z]{2,5}-\d{1,4}\b", text)}
 
 
 def _sentences(evidence: Sequence[Evidence]) -> list[_Sentence]:
@@ -108,10 +198,9 @@ def _sentences(evidence: Sequence[Evidence]) -> list[_Sentence]:
             if rows is None:
                 out.append(_Sentence(text, ev.n, frozenset(bm25_tokens(text))))
                 continue
-            table = len(out)
-            out.append(_Sentence(rows[0], ev.n, frozenset(bm25_tokens(rows[0])), table=table))
+            table = len(out)  # the header alone answers nothing: each row is read with it
             for row in rows[1:]:
-                unit = f"{rows[0]} … {row}"
+                unit = _read_row(rows[0], row)
                 out.append(_Sentence(unit, ev.n, frozenset(bm25_tokens(unit)), table=table, row=row))
     return out
 
@@ -187,10 +276,21 @@ def extractive_answer(
         chosen[pos] = [pick]
         floor = scores[pick] - _TIE_BAND * abs(scores[pick])
         extras += [(-scores[i], pos, i) for i in order if i != pick and scores[i] >= floor]
+    wanted = {pos: frozenset(bm25_tokens(intent.text)) for pos, intent in enumerate(intents)}
+    df = Counter(t for sent in sents for t in sent.tokens)
     for _, pos, i in sorted(extras):
         taken = [j for ids in chosen.values() for j in ids]
         if len(taken) >= max_sentences:
             break
+        if sents[chosen[pos][0]].row:
+            continue  # the table row the question asks about is the answer; a near-tie beside it is filler
+        said = frozenset().union(*(sents[j].tokens for j in chosen[pos]))
+        bridge = _identifiers(sents[i].text) & set().union(*(_identifiers(sents[j].text) for j in chosen[pos]))
+        new = (sents[i].tokens & wanted[pos]) - said
+        if sum(1 + (df[t] == 1) for t in new) < 2 and not bridge:  # a word only it holds ("Tokyo") counts twice
+            # it adds too little of the question to what the answer already says, and completes no rule
+            # the answer names (the deadline of the Form EXP-7 it quotes)
+            continue
         if not any(_near_duplicate(sents[i], sents[j]) for j in taken):
             chosen[pos].append(i)
     return Generated(_compose(sents, chosen, uncovered), MODEL)
@@ -201,8 +301,50 @@ def _compose(sents: Sequence[_Sentence], chosen: dict[int, list[int]], uncovered
         return NO_ANSWER
     lines = [f"{sents[i].text} [{sents[i].n}]" for pos in sorted(chosen) for i in chosen[pos]]
     if uncovered:
-        missing = "; ".join(f'"{intent.text}"' for intent in uncovered)
+        missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
         lines.append(f"The provided evidence does not cover: {missing}.")
     cited = sorted({sents[i].n for ids in chosen.values() for i in ids})
     lines.append("Sources: " + ", ".join(f"[{n}]" for n in cited))
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- does the answer answer?
+_NOT_A_CLAIM = re.compile(
+    r"^\s*(?:Sources?:|The provided evidence does not|I can't answer this|I could not find anything about)", re.I
+)
+
+
+@dataclass(frozen=True)
+class IntentCheck:
+    """Whether one part of the question is answered: the answer sentence that covers most of its words."""
+
+    index: int
+    text: str
+    addressed: bool
+    coverage: float  # share of the intent's words in its best answer sentence
+    sentence: str
+
+
+def check_addresses(answer: str, intents: Sequence[Intent], *, abstained: bool = False) -> list[IntentCheck]:
+    """One check per intent: some answer sentence (not a 'Sources:' line, not a note that something is not
+    covered, and not named as not covered) names two of the intent's words, or half of them, and holds a number when the
+    intent asks for one. An abstained answer addresses nothing. The "Citations checked" badge needs every
+    intent addressed (``answer_check.complete`` in the trace)."""
+    lines = answer.splitlines()
+    claims = [c for line in lines for c in split_sentences(line) if c.strip() and not _NOT_A_CLAIM.match(c)]
+    declined = " ".join(line for line in lines if _NOT_A_CLAIM.match(line))
+    out = []
+    for intent in intents:
+        wanted = set(bm25_tokens(intent.text))
+        best, best_sentence = 0.0, ""
+        for claim in claims:
+            if asks_for_number(intent.text) and not _HAS_NUMBER.search(re.sub(r"\[\s*\d+[^\]]*\]", "", claim)):
+                continue
+            shared = len(wanted & set(bm25_tokens(claim)))
+            coverage = shared / len(wanted) if wanted else 0.0
+            if (shared >= 2 or coverage >= 0.5) and coverage > best:
+                best, best_sentence = coverage, claim
+        named_missing = f'"{quote_user_text(intent.text)}"' in declined
+        addressed = not abstained and not named_missing and bool(best_sentence)
+        out.append(IntentCheck(intent.index, intent.text, addressed, round(best, 3), best_sentence))
+    return out

@@ -5,7 +5,14 @@ from collections.abc import Sequence
 import pytest
 
 from rag.stages.citations import check_citations
-from rag.stages.extractive import NO_ANSWER, asks_for_number, extractive_answer, looks_like_injection
+from rag.stages.extractive import (
+    NO_ANSWER,
+    _table_rows,
+    asks_for_number,
+    check_addresses,
+    extractive_answer,
+    looks_like_injection,
+)
 from rag.text import bm25_tokens
 from rag.types import Evidence, Intent
 from tests.stages.factories import make_candidate, make_chunk
@@ -153,7 +160,9 @@ def test_max_sentences_and_no_near_duplicates() -> None:
     def near(query: str, sentences: Sequence[str]) -> list[float]:
         return [1.0, 0.99, 0.95, 0.9][: len(sentences)]
 
-    out = extractive_answer("refund", [Intent(0, "refund")], evidence, score=near, max_sentences=2)
+    # "receipt" is a word of the question only passage 3 holds: a near-tie that adds it is quoted
+    q = "refund receipt"
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=near, max_sentences=2)
     body = lines(out.text)[:-1]
     assert body == [
         "Customers may request a refund within 45 days of purchase. [1]",
@@ -244,17 +253,107 @@ TABLE = (
 )
 
 
-def test_a_table_row_is_quoted_with_the_tables_first_line_not_the_whole_table() -> None:
+def test_a_table_row_is_quoted_with_its_column_names_not_the_whole_table() -> None:
     evidence = [ev(1, TABLE)]
     q = "What is the monitor refresh for a warehouse supervisor?"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
     assert lines(out.text) == [
-        "Role Laptop refresh (years) Monitor refresh (years) Software engineer 3 5 … Warehouse supervisor 4 7 [1]",
+        "Warehouse supervisor: Laptop refresh 4 years; Monitor refresh 7 years [1]",
         "Sources: [1]",
     ]
     q = "How often are software engineers' laptops replaced?"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
-    assert lines(out.text)[0] == "Role Laptop refresh (years) Monitor refresh (years) Software engineer 3 5 [1]"
+    assert lines(out.text)[0] == "Software engineer: Laptop refresh 3 years; Monitor refresh 5 years [1]"
     assert len(lines(out.text)) == 2  # the other rows are near-copies, not extra answers
     citations = check_citations(out.text, evidence)
     assert citations and all(c.valid and c.supported for c in citations)
+
+
+# The salary table as PDF extraction flattens it: the header runs into the first row, and a cell wrapped over
+# three lines has its first line above its row's line and its last line at the end of it.
+SALARY_TABLE = (
+    "Level Example roles Minimum (USD) Midpoint (USD) Maximum (USD) L1 Store associate, 38,000 44,000 50,000\n"
+    "Customer care agent\n"
+    "Senior associate,\n"
+    "L2 Warehouse 48,000 56,000 64,000 supervisor\n"
+    "L4 Software engineer, 81,000 96,500 112,000\n"
+    "Designer\n"
+    "Senior software\n"
+    "L5 engineer, Regional 105,000 126,000 147,000 manager\n"
+    "L6 Director 140,000 172,000 204,000"
+)
+
+
+def test_flattened_table_rows_are_put_back_together() -> None:
+    rows = _table_rows(SALARY_TABLE)
+    assert rows == [
+        "Level Example roles Minimum (USD) Midpoint (USD) Maximum (USD)",
+        "L1 Store associate, Customer care agent 38,000 44,000 50,000",
+        "L2 Senior associate, Warehouse supervisor 48,000 56,000 64,000",
+        "L4 Software engineer, Designer 81,000 96,500 112,000",
+        "L5 Senior software engineer, Regional manager 105,000 126,000 147,000",
+        "L6 Director 140,000 172,000 204,000",
+    ]
+    assert _table_rows("A sentence.\nAnother one.\n1 2 3") is None
+
+
+def test_a_table_question_answers_with_the_row_it_asks_about() -> None:
+    evidence = [ev(1, SALARY_TABLE)]
+    q = "What is the salary band for a senior engineer?"
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
+    assert lines(out.text) == [
+        "L5 Senior software engineer, Regional manager: Minimum 105,000 USD; Midpoint 126,000 USD; "
+        "Maximum 147,000 USD [1]",
+        "Sources: [1]",
+    ]
+    citations = check_citations(out.text, evidence)
+    assert citations and all(c.valid and c.supported for c in citations)
+
+
+def test_a_near_tie_that_adds_nothing_the_question_asks_is_not_quoted() -> None:
+    evidence = [
+        ev(1, "Full-time employees receive 25 days of paid annual leave per calendar year."),
+        ev(2, "Part-time employees receive annual leave in proportion to their contracted days."),
+    ]
+    q = "How many days of annual leave does a full-time employee get?"
+
+    def tie(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if "Full-time" in s else 0.95 for s in sentences]
+
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=tie)
+    assert lines(out.text) == ["Full-time employees receive 25 days of paid annual leave per calendar year. [1]",
+                               "Sources: [1]"]
+
+
+def test_a_near_tie_naming_the_form_the_answer_names_completes_it() -> None:
+    evidence = [
+        ev(1, "Submit your travel expenses on Form EXP-7, with every receipt attached."),
+        ev(2, "Form EXP-7 must be filed within 30 days of the trip end."),
+    ]
+    q = "How long after a trip do I have to submit my travel expenses?"
+
+    def tie(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if "Submit" in s else 0.95 for s in sentences]
+
+    out = extractive_answer(q, [Intent(0, q)], evidence, score=tie)
+    assert "Form EXP-7 must be filed within 30 days of the trip end. [2]" in lines(out.text)
+
+
+def test_check_addresses_needs_every_intent_answered() -> None:
+    intents = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
+    both = "Customers may request a refund within 45 days. [2]\nGift cards are not eligible for a refund. [1]"
+    assert all(c.addressed for c in check_addresses(both, intents))
+    one = ('Customers may request a refund within 45 days. [2]\n'
+           'The provided evidence does not cover: "can I refund a gift card?".\nSources: [2]')
+    checks = check_addresses(one, intents)
+    assert [c.addressed for c in checks] == [True, False]
+    assert not any(c.addressed for c in check_addresses(both, intents, abstained=True))
+    # a number asked for must be in the sentence that answers it
+    how_long = [Intent(0, "How many days is the refund window?")]
+    assert not check_addresses("The refund window is generous for customers. [1]", how_long)[0].addressed
+
+
+def test_user_text_in_a_refusal_is_never_a_citation() -> None:
+    q = "What does clause [3] of the refund policy say?"
+    out = extractive_answer(q, [Intent(0, "refund"), Intent(1, q)], EVIDENCE, score=overlap_score, min_score=0.9)
+    assert check_citations(out.text, EVIDENCE) == [] or all(c.n != 3 for c in check_citations(out.text, EVIDENCE))
