@@ -153,26 +153,50 @@ def bench(
     raise typer.Exit(subprocess.call([sys.executable, "-m", f"benchmarks.{name}", *ctx.args], cwd=root))
 
 
-def _register_optional() -> None:
-    """Sub-command groups that live in their own modules."""
-    from rag.evaluation.cli import eval_app
-    from rag.llm_cli import llm_app
-    from rag.tracestore.cli import db_app, traces_app
+def _register_optional(command: str | None = None) -> None:
+    """Sub-command groups that live in their own modules; with ``command``, only the group it names.
 
-    app.add_typer(db_app, name="db", help="Trace database migrations (one-shot step).")
-    app.add_typer(traces_app, name="traces", help="List, show and export stored answer traces.")
-    app.add_typer(eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation.")
-    app.add_typer(llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API.")
-    try:
-        from ui.launch import ui_command
-    except ImportError:  # streamlit missing: the rest of the CLI still works
-        return
-    app.command("ui")(ui_command)
+    Importing them all costs seconds (evaluation's scipy and matplotlib, the trace store's SQLAlchemy), which a
+    no-op ``rag ingest`` must not pay; ``rag --help`` and unknown commands still see every group.
+    """
+
+    def wanted(*names: str) -> bool:
+        return command is None or command in names
+
+    if wanted("db", "traces"):
+        from rag.tracestore.cli import db_app, traces_app
+
+        app.add_typer(db_app, name="db", help="Trace database migrations (one-shot step).")
+        app.add_typer(traces_app, name="traces", help="List, show and export stored answer traces.")
+    if wanted("eval"):
+        from rag.evaluation.cli import eval_app
+
+        app.add_typer(eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation.")
+    if wanted("llm"):
+        from rag.llm_cli import llm_app
+
+        app.add_typer(llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API.")
+    if wanted("ui"):
+        try:
+            from ui.launch import ui_command
+        except ImportError:  # streamlit missing: the rest of the CLI still works
+            return
+        app.command("ui")(ui_command)
+
+
+def _invoked_command(argv: list[str]) -> str | None:
+    """The sub-command named on the command line when it is one of this module's own or a known group."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    own = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    if first in own:
+        return first
+    return first if first in ("db", "traces", "eval", "llm", "ui") else None
 
 
 def main() -> None:
+    command = _invoked_command(sys.argv[1:])
     try:
-        _register_optional()
+        _register_optional(command)
     except ImportError as exc:  # pragma: no cover - partial installs
         print(f"warning: some commands are unavailable: {exc}", file=sys.stderr)
     app()
