@@ -20,9 +20,9 @@ try:
 except ImportError:  # `streamlit run ui/app.py` from a source tree that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ui import services
+from ui import icon, services
 
-st.set_page_config(page_title="Policy support bot", page_icon=":material/support_agent:", layout="wide")
+st.set_page_config(page_title="Policy support bot", page_icon=icon.page_icon(), layout="wide")  # drawn locally
 
 # The page scripts live in ui/views/, not ui/pages/: a folder named "pages" beside the entry script puts Streamlit
 # into its older folder-based multipage mode until st.navigation first runs in the process, so the first visit to

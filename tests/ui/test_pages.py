@@ -138,6 +138,10 @@ def test_chat_answer_with_citations_beside_the_final_chunk_order(
     popovers = nodes(at, "popover")
     assert popovers and all(p.proto.popover.label.startswith("[") for p in popovers)
 
+    # The employee view: the answer alone; the evidence panel is behind "Show how this answer was built".
+    assert not frames(at, "position") and not nodes(at, "vega_lite_chart")
+    at.toggle(key="chat_show_how").set_value(True).run()
+    assert_clean(at)
     order = frame(at, "position")
     assert list(order["position"]) == list(range(1, len(order) + 1))
     for column in (
@@ -200,9 +204,11 @@ def test_abstention_is_marked(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
     trace = store_for(ui_data_dir).get_trace(
         store_for(ui_data_dir).list_traces(user="alice", limit=1)[0]["trace_id"]
     )
-    if trace["abstained"]:
-        assert "rag-badge abstain" in html_bodies(at)
-        assert any("Abstained" in w.value for w in at.warning)
+    assert trace["abstained"], trace["answer"]
+    assert "rag-badge abstain" in html_bodies(at)
+    # In plain words, with where to ask instead; the threshold and scores stay in the trace.
+    assert any("You can ask" in i.value for i in at.info), [i.value for i in at.info]
+    assert b"threshold" not in sent(at) and "threshold" in str(trace["abstain_reason"])
 
 
 def test_memory_facts_are_stored_replaced_and_used(

@@ -1,7 +1,14 @@
-"""Chat: the support bot. Each answer shows its citations and, beside it, the final chunk order the model saw."""
+"""Chat: the support bot. Employees see the answer first, with citations that open the cited page of the source;
+"Show how this answer was built" (always on for admins) adds the final chunk order, scores and chart.
+
+The chat box and a "Loading the models…" banner are drawn before the pipeline loads, so the first paint is never
+an empty page. A refusal says where to ask instead; the threshold figures stay in the trace.
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import streamlit as st
@@ -9,12 +16,24 @@ import streamlit as st
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
-from ui import components, services
+from ui import components, services, sources
 from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
 SESSION = "chat_session_id"
 NOTED = "Noted."
+SHOW_HOW = "chat_show_how"
+LOADING = "Loading the models\u2026 the first answer after a restart takes about 15 seconds."
+# Layout fixes on top of the shared answer CSS: on a narrow screen a citation's pop-up spans the screen width
+# instead of starting at the citation (where a 26rem box runs off the right edge).
+CHAT_CSS = """
+<style>
+@media (max-width: 640px) {
+  .rag-cite .rag-tip { position: fixed; left: .5rem; right: .5rem; width: auto; max-width: none; top: auto;
+    margin-top: 1.4em; }
+}
+</style>
+"""
 
 
 def _messages() -> list[dict[str, Any]]:
@@ -35,20 +54,119 @@ def _budget_caption(trace: dict[str, Any]) -> str:
     return " \u00b7 ".join(parts)
 
 
-def render_assistant(message: dict[str, Any], index: int) -> None:
+def _plain_refusal(trace: dict[str, Any], contact: str) -> str:
+    """What an employee reads under a refusal: no scores, and where to ask instead."""
+    return (
+        "I could not find this in the policies you can read, so I would rather not guess. "
+        f"You can ask {contact}, or rephrase the question with the policy's own words (for example the name "
+        "of a form, a role or a place)."
+    )
+
+
+def _contact(trace: dict[str, Any], principal: Principal) -> str:
+    """A contact from the metadata of the documents this answer looked at, else the configured default."""
+    settings = services.get_settings()
+    doc_ids = [str(e.get("doc_id")) for e in [*(trace.get("evidence") or []), *(trace.get("candidates") or [])]]
+    try:
+        documents = services.get_reader(settings).documents()
+    except Exception:
+        documents = {}
+    return sources.contact_for(documents, principal, list(dict.fromkeys(doc_ids))) or settings.support_contact
+
+
+def _badges(trace: dict[str, Any]) -> str:
+    """"Citations checked" only when every citation passed and the answer addresses every part of the question."""
+    if trace.get("abstained"):
+        return '<span class="rag-badge abstain">No answer in your policies</span>'
+    failed = components.failed_citations(trace)
+    if failed:
+        ids = ", ".join(f"[{c['n']}]" for c in failed)
+        return f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {ids}</span>'
+    check = trace.get("answer_check") or {}
+    if trace.get("citations") and check.get("complete", True):
+        return '<span class="rag-badge ok">Citations checked</span>'
+    if trace.get("citations"):
+        return '<span class="rag-badge abstain">Answers only part of the question</span>'
+    return ""
+
+
+def _open_source(e: dict[str, Any], principal: Principal, key: str) -> None:
+    """The cited passage in its document (page image with the passage marked, or highlighted text)."""
+    settings = services.get_settings()
+    source = sources.readable_source(services.get_reader(settings).documents(), principal, str(e.get("doc_id")))
+    if source is None:
+        st.caption(sources.NOT_AVAILABLE)
+        return
+    sources.render_source(source, page=e.get("page"), passage=str(e.get("text") or ""), key=key)
+
+
+def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> None:
+    """The employee view of one answer: the text with its citations, a plain refusal, and each cited source."""
+    badges = _badges(trace)
+    st.html(components.CSS + CHAT_CSS + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace))
+    if trace.get("abstained"):
+        st.info(_plain_refusal(trace, _contact(trace, principal)), icon=":material/contact_support:")
+    failed = components.failed_citations(trace)
+    if failed:
+        st.error(
+            f"{components.CITATIONS_FAILED}: "
+            + "; ".join(
+                f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
+                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
+                for c in failed
+            ),
+            icon=":material/report:",
+        )
+    if trace.get("error"):
+        st.warning(
+            f"The language model failed, so this answer quotes the policies directly: {trace['error']}",
+            icon=":material/warning:",
+        )
+    ev = components.evidence_by_n(trace)
+    cited = [n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in ev]
+    if cited and not trace.get("abstained"):
+        cols = st.columns(min(len(cited), 3))
+        for i, n in enumerate(cited):
+            e = ev[n]
+            page = f", p. {e['page']}" if e.get("page") else ""
+            label = f"[{n}] {str(e.get('title') or '')[:28]}{page}"
+            with cols[i % len(cols)].popover(label, icon=":material/open_in_new:", key=f"pop_{key}_{n}"):
+                st.markdown(f"**[{n}] {components.escape_md(components.passage_label(e))}**")
+                _open_source(e, principal, key=f"{key}_{n}")
+
+
+def _show_how(principal: Principal) -> bool:
+    """Whether the evidence panel shows: a toggle for employees, always on for admins."""
+    settings = services.get_settings()
+    if services.is_admin(principal, settings):
+        st.toggle("Show how this answer was built", value=True, disabled=True, key="chat_show_how_admin",
+                  help="Always on for administrators.")
+        return True
+    return st.toggle("Show how this answer was built", key=SHOW_HOW,
+                     help="The passages the answer was built from, in the order the model saw them, with scores.")
+
+
+def render_assistant(message: dict[str, Any], index: int, show_how: bool = False) -> None:
     trace = message.get("trace")
     if not trace:
         st.markdown(components.escape_md(message["content"]))
         return
     key = f"{trace.get('trace_id')}_{index}"
-    left, right = st.columns([1, 1], gap="large")
-    with left:
-        components.render_answer(trace, key=key)
-        st.caption(_budget_caption(trace))
-        settings = services.get_settings()
-        feedback_widget(settings, services.current_principal(settings), trace["trace_id"], key)
-    with right:
-        components.render_chunk_order(trace, key=key)
+    settings = services.get_settings()
+    principal = services.current_principal(settings)
+    render_answer(trace, principal, key=key)
+    # The feedback widget (ui/feedback.py, thumbs up/down with a reason) sits right under each answer.
+    feedback_widget(settings, principal, trace["trace_id"], key)
+    if show_how:
+        with st.container(border=True):
+            if trace.get("abstained") and trace.get("abstain_reason"):
+                st.caption(f"Why it abstained: {trace['abstain_reason']}")
+            check = trace.get("answer_check") or {}
+            missed = [i["text"] for i in check.get("intents") or [] if not i.get("addressed")]
+            if missed:
+                st.caption("Not addressed by the answer: " + "; ".join(f"\u201c{m}\u201d" for m in missed))
+            components.render_chunk_order(trace, key=key)
+            st.caption(_budget_caption(trace))
 
 
 def _sidebar(store: Any, principal: Principal) -> None:
@@ -59,16 +177,31 @@ def _sidebar(store: Any, principal: Principal) -> None:
             st.session_state.pop(SESSION, None)
             st.session_state[MESSAGES] = []
             st.session_state["chat_reopen"] = ""
+        if _messages():
+            cols = st.columns(2)
+            cols[0].download_button(
+                "Markdown", conversation_markdown(_messages()), file_name="conversation.md",
+                mime="text/markdown", icon=":material/download:", key="chat_export_md", on_click="ignore",
+                help="This conversation with each answer's citations",
+            )
+            cols[1].download_button(
+                "JSON", json.dumps(conversation_json(_messages()), indent=2, ensure_ascii=False),
+                file_name="conversation.json", mime="application/json", icon=":material/download:",
+                key="chat_export_json", on_click="ignore", help="This conversation with each answer's citations",
+            )
         if store is None:
             return
-        sessions = store.list_sessions(principal.user, limit=20)
+        query = st.text_input("Search your conversations", key="chat_search", placeholder="e.g. refund")
+        sessions = store.list_sessions(principal.user, limit=200 if query else 20)
+        if query:
+            sessions = [s for s in sessions if _matches(store, s, query)][:20]
+            if not sessions:
+                st.caption("No conversation matches.")
         if sessions:
             # Labels must be unique: a selectbox keeps its value by label.
             labels = {
-                s[
-                    "id"
-                ]: f"{(s.get('title') or 'Untitled')[:40]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
-                f"({s.get('turns', 0)} turns) \u00b7 {s['id'][:6]}"
+                s["id"]: f"{(s.get('title') or 'Untitled')[:48]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
+                f"({s.get('turns', 0)} turns)"
                 for s in sessions
             }
             options = ["", *labels]
@@ -80,6 +213,63 @@ def _sidebar(store: Any, principal: Principal) -> None:
             )
             if chosen and chosen != st.session_state.get(SESSION):
                 _load_session(store, principal, chosen)
+
+
+def _matches(store: Any, session: dict[str, Any], query: str) -> bool:
+    """A conversation whose title or any turn holds every word of ``query`` (case-insensitive)."""
+    words = query.lower().split()
+    text = str(session.get("title") or "").lower()
+    if all(w in text for w in words):
+        return True
+    text += " " + " ".join(str(t.get("content") or "").lower() for t in store.get_turns(session["id"]))
+    return all(w in text for w in words)
+
+
+def distinct_title(prompt: str, taken: set[str]) -> str:
+    """The conversation's title: its first question (shortened), numbered when another one has that title."""
+    base = " ".join(prompt.split())
+    base = base if len(base) <= 60 else base[:59].rsplit(" ", 1)[0] + "\u2026"
+    title, n = base, 2
+    while title in taken:
+        title, n = f"{base} ({n})", n + 1
+    return title
+
+
+def _citations_of(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    ev = components.evidence_by_n(trace)
+    out = []
+    for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []):
+        e = ev.get(n)
+        if e is not None:
+            out.append({"n": n, "title": e.get("title"), "doc_id": e.get("doc_id"), "page": e.get("page"),
+                        "section": e.get("section"), "chunk_id": e.get("chunk_id"), "text": e.get("text")})
+    return out
+
+
+def conversation_json(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The conversation as JSON: each turn, and for answers their citations with the cited passages."""
+    turns = []
+    for m in messages:
+        turn: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if m.get("trace"):
+            turn.update(trace_id=m["trace"].get("trace_id"), abstained=bool(m["trace"].get("abstained")),
+                        citations=_citations_of(m["trace"]))
+        turns.append(turn)
+    return {"exported_at": datetime.now(UTC).isoformat(timespec="seconds"), "turns": turns}
+
+
+def conversation_markdown(messages: list[dict[str, Any]]) -> str:
+    """The conversation as Markdown: questions, answers, and under each answer its numbered sources."""
+    lines = ["# Conversation with the policy support bot", ""]
+    for m in messages:
+        who = "You" if m["role"] == "user" else "Support bot"
+        lines += [f"**{who}:**", "", m["content"], ""]
+        for c in _citations_of(m.get("trace") or {}):
+            page = f", p. {c['page']}" if c.get("page") else ""
+            quote = " ".join(str(c.get("text") or "").split())
+            lines.append(f"- [{c['n']}] {c.get('title')}{page}, {c.get('section') or ''}: \u201c{quote}\u201d")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _sidebar_memory(store: Any, principal: Principal) -> None:
@@ -127,7 +317,8 @@ def _ensure_session(store: Any, principal: Principal, title: str) -> str | None:
     if store is None:
         return None
     if SESSION not in st.session_state:
-        st.session_state[SESSION] = store.create_session(principal.user, title[:80])
+        taken = {str(x.get("title") or "") for x in store.list_sessions(principal.user, limit=1000)}
+        st.session_state[SESSION] = store.create_session(principal.user, distinct_title(title, taken))
     return st.session_state[SESSION]
 
 
@@ -149,7 +340,17 @@ def _answer(pipeline: Any, question: Question) -> Any:
         return pipeline.ask(question)
 
 
-def handle(prompt: str, pipeline: Any, store: Any, principal: Principal) -> None:
+def too_long(prompt: str, limit: int) -> str | None:
+    """The message for a question over the length limit, or None."""
+    if len(prompt) <= limit:
+        return None
+    return (
+        f"Your question is {len(prompt):,} characters long; questions can be at most {limit:,}. "
+        "Please shorten it to the question itself (the policies answer one or two questions at a time)."
+    )
+
+
+def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_how: bool = False) -> None:
     settings = pipeline.settings
     messages = _messages()
     history = _history(messages, settings.history_token_budget)
@@ -197,7 +398,7 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal) -> None
                 st.warning(f"This answer was not stored: {services.describe_error(exc)}")
         message = {"role": "assistant", "content": trace["answer"], "trace": trace}
         messages.append(message)
-        render_assistant(message, len(messages) - 1)
+        render_assistant(message, len(messages) - 1, show_how)
 
 
 def render() -> None:
@@ -205,26 +406,41 @@ def render() -> None:
     principal = services.current_principal(settings)
     st.title("Policy support bot")
     st.caption(
-        f"Answers come only from the policies **{principal.user}** may read, with citations: hover or click a "
-        "[n] to see the passage. Beside each answer: the passages in the order the model saw them."
+        f"Answers come only from the policies **{principal.user}** may read. Click a [n] to see the passage, "
+        "or a source below an answer to open it at the cited page."
     )
+    # Drawn before anything heavy: the chat box and the banner are on the first paint.
+    prompt = st.chat_input(
+        f"Ask about a policy, e.g. How many days do I have to return an item? (up to "
+        f"{settings.question_max_chars:,} characters)",
+        key="chat_input",
+    )
+    banner = st.empty()
+    show_how = _show_how(principal)
     store, store_error = services.try_store(settings)
     if store_error is not None:
         services.show_error(store_error)
         st.caption("Answers still work, but conversations, traces and remembered facts are not stored.")
-    pipeline = services.get_pipeline(settings)
     _sidebar(store, principal)
     for i, message in enumerate(_messages()):
         with st.chat_message(message["role"]):
             if message["role"] == "assistant":
-                render_assistant(message, i)
+                render_assistant(message, i, show_how)
             else:
                 st.markdown(components.escape_md(message["content"]))
-    prompt = st.chat_input(
-        "Ask about a policy, e.g. How many days do I have to return an item?", key="chat_input"
-    )
+    if not st.session_state.get("chat_models_ready"):
+        banner.info(LOADING, icon=":material/hourglass_top:")
+    try:
+        pipeline = services.get_pipeline(settings)
+        st.session_state["chat_models_ready"] = True
+    finally:
+        banner.empty()
     if prompt and prompt.strip():
-        handle(prompt.strip(), pipeline, store, principal)
+        message = too_long(prompt.strip(), settings.question_max_chars)
+        if message:
+            st.warning(message, icon=":material/short_text:")
+        else:
+            handle(prompt.strip(), pipeline, store, principal, show_how)
     _sidebar_memory(store, principal)
 
 

@@ -1,4 +1,10 @@
-"""Documents: what is indexed (only what the signed-in user may read) and the last ingestion's failures."""
+"""Documents: what is indexed (only what the signed-in user may read), each document to open and download, and
+the last ingestion's failures.
+
+A document opens from the list or from the address (``/documents?doc=<doc id>&page=<n>``, the link a citation
+gives). Either way the doc id is looked up in the published index and the signed-in user's access is checked on
+this run (ui/sources.py): an id they may not read gets the same answer as one that does not exist.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +18,11 @@ import streamlit as st
 
 from rag.index import generation_dir
 from rag.types import DocumentMeta, Principal
-from ui import services
+from ui import services, sources
 
 
 def _meta(doc_id: str, doc: dict[str, Any]) -> DocumentMeta:
-    return DocumentMeta(
-        title=str(doc.get("title") or doc_id),
-        groups=tuple(doc.get("groups") or ("*",)),
-        effective=date.fromisoformat(doc["effective"]) if doc.get("effective") else None,
-        expires=date.fromisoformat(doc["expires"]) if doc.get("expires") else None,
-        tags=tuple(doc.get("tags") or ()),
-    )
+    return sources.document_meta(doc_id, doc)
 
 
 def _status(meta: DocumentMeta, today: date) -> str:
@@ -94,6 +94,39 @@ def _hidden_sources(documents: dict[str, dict[str, Any]], visible: dict[str, Any
     return {Path(str(doc.get("source") or "")).name for d, doc in documents.items() if d not in visible}
 
 
+def _requested_page() -> int | None:
+    try:
+        return max(int(str(st.query_params.get("page") or "")), 1)
+    except ValueError:
+        return None
+
+
+def _viewer(documents: dict[str, dict[str, Any]], visible: dict[str, Any], principal: Principal) -> None:
+    """Open one document: the one the address asks for (access checked now), else the one picked here."""
+    st.subheader("Open a document")
+    requested = st.query_params.get("doc")
+    if requested is not None:
+        source = sources.readable_source(documents, principal, str(requested))
+        if source is None:
+            st.error(sources.NOT_AVAILABLE, icon=":material/lock:")
+            return
+        doc_id, page = source.doc_id, _requested_page()
+    else:
+        titles = {d: str(doc.get("title") or d) for d, doc in sorted(visible.items(), key=lambda i: str(i[1].get("title")))}
+        if not titles:
+            st.caption("No documents you may read.")
+            return
+        doc_id = st.selectbox("Document", list(titles), format_func=titles.get, key="docs_open")
+        source = sources.readable_source(documents, principal, doc_id)  # re-checked on every run
+        if source is None:
+            st.error(sources.NOT_AVAILABLE, icon=":material/lock:")
+            return
+        page = None
+    if source.is_pdf and (source.pages or 0) > 1:
+        page = st.number_input("Page", 1, int(source.pages or 1), int(page or 1), key=f"docs_page_{doc_id}")
+    sources.render_source(source, page=page, passage="", key=f"doc_{doc_id}")
+
+
 def render() -> None:
     settings = services.get_settings()
     principal = services.current_principal(settings)
@@ -123,6 +156,8 @@ def render() -> None:
         key="docs_table",
         column_config={"chunks": st.column_config.NumberColumn(help="Indexed passages")},
     )
+
+    _viewer(documents, visible, principal)
 
     st.subheader("Last ingestion")
     report = ingest_report(Path(settings.data_dir), generation.name)
