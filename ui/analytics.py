@@ -124,7 +124,7 @@ def topics_frame(topics: Sequence[Topic]) -> pd.DataFrame:
                 "questions": t.count,
                 "abstained": t.abstained,
                 "down-voted": t.down_votes,
-                "reasons": ", ".join(f"{r} {n}" for r, n in sorted(t.reasons.items())),
+                "reasons": ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(t.reasons.items())),
                 "examples": " | ".join(t.examples),
             }
             for t in topics

@@ -34,7 +34,7 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_services(services: dict[str, Any]) -> None:
-    assert set(services) == {*QDRANT, "postgres", "migrate", "ui", "ingest"}
+    assert set(services) == {*QDRANT, "postgres", "migrate", "ui", "oauth2-proxy", "ingest"}
     assert services["postgres"]["image"].startswith("postgres:16")
     for name in QDRANT:
         assert services[name]["image"].startswith("qdrant/qdrant:")
@@ -50,7 +50,22 @@ def test_services(services: dict[str, Any]) -> None:
     assert services["ingest"]["command"] == ["rag", "ingest", "/corpus", "--prune"]
     assert services["ingest"]["profiles"] == ["ingest"]
     assert any(v.endswith(":/corpus:ro") for v in services["ingest"]["volumes"])
-    assert "8501" in " ".join(services["ui"]["command"]) and any("8501" in p for p in services["ui"]["ports"])
+    assert "8501" in " ".join(services["ui"]["command"]) and services["ui"]["expose"] == ["8501"]
+
+
+def test_the_ui_is_reached_only_through_oauth2_proxy(services: dict[str, Any]) -> None:
+    """The UI trusts identity headers (RAG_AUTH=proxy, never demo), so only the proxy that sets them is published."""
+    for name in ("migrate", "ui", "ingest"):
+        assert services[name]["environment"]["RAG_AUTH"] == "proxy"
+    published = [name for name, service in services.items() if service.get("ports")]
+    assert published == ["oauth2-proxy"]
+    proxy = services["oauth2-proxy"]
+    env = proxy["environment"]
+    assert env["OAUTH2_PROXY_UPSTREAMS"] == "http://ui:8501/"
+    assert env["OAUTH2_PROXY_PASS_USER_HEADERS"] == "true"  # sets X-Forwarded-User / -Email / -Groups
+    for key in ("OAUTH2_PROXY_CLIENT_SECRET", "OAUTH2_PROXY_COOKIE_SECRET", "OAUTH2_PROXY_OIDC_ISSUER_URL"):
+        assert env[key].startswith("${") and ":?" in env[key], key
+    assert proxy["depends_on"]["ui"] == {"condition": "service_healthy"}
 
 
 def test_app_environment(services: dict[str, Any]) -> None:
@@ -126,7 +141,10 @@ def test_compose_cli_accepts_the_file(tmp_path: Path) -> None:
     if cli is None:
         pytest.skip("no compose CLI here (docker compose or docker-compose); the YAML checks above still ran")
     env_file = tmp_path / "empty.env"
-    env_file.write_text("")
+    env_file.write_text(
+        "OIDC_ISSUER_URL=https://id.example.com\nOIDC_CLIENT_ID=rag\nOIDC_CLIENT_SECRET=dummy\n"
+        "OAUTH2_PROXY_COOKIE_SECRET=dummy\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POSTGRES_", "RAG_", "COMPOSE_"))}
     base = [*cli, "--project-directory", str(REPO), "-f", str(COMPOSE), "--env-file", str(env_file)]
     ok = subprocess.run([*base, "config", "-q"], env={**env, "POSTGRES_PASSWORD": "dummy"}, capture_output=True, text=True)

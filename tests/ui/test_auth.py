@@ -76,6 +76,13 @@ def test_repeated_identity_headers_are_refused(settings) -> None:  # type: ignor
         identity_from_headers({"X-Forwarded-User": ["alice", "olga"]}, settings)
 
 
+def test_an_underscore_header_is_another_header(settings) -> None:  # type: ignore[no-untyped-def]
+    """Some servers fold X_Forwarded_User into X-Forwarded-User; here it is a different header, ignored."""
+    headers = StreamlitHeaders([("X_Forwarded_User", "olga"), ("X_Forwarded_Groups", "admin")])
+    assert identity_from_headers(headers, settings) is None
+    assert identity_from_headers({"X_Forwarded_User": "olga"}, settings) is None
+
+
 @pytest.mark.parametrize("value", ["alice\r\nX-Forwarded-Groups: admin", "a\x00b", "x" * 9000])
 def test_malformed_user_header_is_refused(settings, value: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(IdentityError):

@@ -23,7 +23,6 @@ from tests.ui.test_browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,
     SALARY_Q,
-    _ask,
     _ui_command,
     chromium,  # noqa: F401  (fixture)
 )
@@ -34,6 +33,27 @@ DOCS_IMAGES = REPO / "docs" / "images"
 REFUND_Q = "How many days does a customer have to return an item for a full refund?"
 GAP_Q = "Can I bring my dog to the office?"
 VIEWPORT = {"width": 1400, "height": 950}
+GAP_QUESTIONS = [
+    "Where can I park my car at the office?",
+    "Is there staff parking?",
+    "Are pets allowed at work?",
+]
+
+
+def _ask(page, question: str, answers_before: int) -> None:  # type: ignore[no-untyped-def]
+    """Ask in the chat box and wait until the answer and the thumbs under it are drawn."""
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(question)
+    box.press("Enter")
+    page.wait_for_function(
+        f"document.querySelectorAll('.rag-answer').length > {answers_before}", timeout=240_000
+    )
+    page.wait_for_function(
+        "document.querySelectorAll('[aria-label=\"Thumbs down\"]').length >= "
+        "document.querySelectorAll('.rag-answer').length",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(1500)
 
 
 def _headers(user: str, groups: str, email: str | None = None) -> dict[str, str]:
@@ -44,11 +64,11 @@ def _headers(user: str, groups: str, email: str | None = None) -> dict[str, str]
     }
 
 
-def _shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+def _shot(page, name: str, *, full_page: bool = False) -> None:  # type: ignore[no-untyped-def]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name), full_page=True)
     if os.environ.get("RAG_SCREENSHOTS") == "1":
-        page.screenshot(path=str(DOCS_IMAGES / name), full_page=False)
+        page.screenshot(path=str(DOCS_IMAGES / name), full_page=full_page)
 
 
 @contextmanager
@@ -179,7 +199,9 @@ def test_feedback_is_stored_and_shown_in_the_trace_explorer(  # type: ignore[no-
         page.wait_for_timeout(1500)
         table = page.get_by_test_id("stDataFrame").first
         table.wait_for(timeout=30_000)
-        assert "down: did not answer" in page.content()  # the trace table's feedback column (canvas cell text)
+        assert (
+            "down: did not answer" in page.content()
+        )  # the trace table's feedback column (canvas cell text)
         _shot(page, "ui-feedback.png")
 
 
@@ -187,6 +209,16 @@ def test_analytics_for_an_admin_and_refused_for_others(  # type: ignore[no-untyp
     proxy_url: str, browser, ui_data_dir: Path
 ) -> None:
     with _page(browser, _headers("alice", "staff")) as page:
+        page.goto(proxy_url)
+        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
+        for n, question in enumerate(GAP_QUESTIONS):  # questions the policies do not answer
+            _ask(page, question, n)
+        # alice finds none of the answers helpful: a thumbs down under each (the chat page's widget).
+        for n in range(len(GAP_QUESTIONS)):
+            page.get_by_label("Thumbs down").nth(n).click()
+            page.wait_for_timeout(2500)
+        rated = [r for r in _store(ui_data_dir).list_traces(user="alice", feedback="down", limit=10)]
+        assert {r["question"] for r in rated} >= set(GAP_QUESTIONS)
         page.goto(proxy_url + "/analytics")
         page.get_by_test_id("stSidebar").wait_for(timeout=120_000)
         page.wait_for_timeout(3000)
@@ -203,7 +235,14 @@ def test_analytics_for_an_admin_and_refused_for_others(  # type: ignore[no-untyp
         assert "Abstention rate" in body and "Questions per day" in body
         assert page.get_by_test_id("stSidebarNav").get_by_text("Analytics").count() == 1
         assert page.get_by_test_id("stDownloadButton").count() >= 3
+        gaps = _store(ui_data_dir).gap_questions()
+        parking = [g for g in gaps if "park" in g["question"].lower()]
+        assert len(parking) >= 2  # both parking questions abstained (or were rated down)
+        assert "2 \u00d7 " in body or "3 \u00d7 " in body  # and they were grouped into one topic
         _shot(page, "ui-analytics.png")
+        page.get_by_text("Knowledge gaps").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(800)
+        _shot(page, "ui-analytics-gaps.png")
 
 
 def test_demo_mode_is_labelled(ui_data_dir: Path, browser) -> None:  # type: ignore[no-untyped-def]

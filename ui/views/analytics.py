@@ -90,7 +90,7 @@ def _feedback(store: Any, since: date | None, until: date | None) -> None:
     frame = pd.DataFrame(
         [{"reason": REASONS.get(r, "(no reason given)"), "down-votes": n} for r, n in sorted(reasons.items())]
     )
-    st.bar_chart(frame.set_index("reason"), horizontal=True, height=40 + 36 * len(frame))
+    st.bar_chart(frame.set_index("reason"), horizontal=True, height=90 + 36 * len(frame))
 
 
 def _gaps(settings: Any, store: Any, since: date | None, until: date | None) -> None:
@@ -118,7 +118,7 @@ def _gaps(settings: Any, store: Any, since: date | None, until: date | None) -> 
             frame.head(10).set_index("topic")[["abstained", "down-voted"]],
             horizontal=True,
             stack=True,
-            height=60 + 34 * min(10, len(frame)),
+            height=110 + 34 * min(10, len(frame)),
         )
         st.dataframe(frame, hide_index=True, key="analytics_topics")
         for topic in topics[:8]:
@@ -164,7 +164,7 @@ def _documents(settings: Any, store: Any, since: date | None, until: date | None
             st.caption("No answer in this period cites a document.")
         else:
             st.bar_chart(
-                top.set_index("document")[["answers citing it"]], horizontal=True, height=60 + 34 * len(top)
+                top.set_index("document")[["answers citing it"]], horizontal=True, height=90 + 34 * len(top)
             )
     with right:
         never = frame[(frame["answers citing it"] == 0) & frame["indexed"]]
