@@ -35,25 +35,12 @@ def build_pipeline(
     model or client to share (the UI, tests, benchmarks); by default the reader these settings name, the
     process-wide embedder for ``settings.embedding_model`` and an LLM client when ``settings.llm_base_url`` is set.
     """
-    from rag.embedder import load_embedder
     from rag.pipeline import Pipeline
-    from rag.qdrant_server import open_index_reader
 
-    owned = reader is None
-    # raises EmptyIndexError / IndexUnavailableError before any model loads
-    reader = reader if reader is not None else open_index_reader(settings)
-    try:
-        return Pipeline(
-            settings,
-            reader=reader,
-            embedder=embedder or load_embedder(settings.embedding_model, settings.embed_batch_size),
-            llm=llm,
-            trace_store=trace_store,
-        )
-    except BaseException:
-        if owned:
-            reader.close()
-        raise
+    # Pipeline opens what is not given, in this order: the reader for these settings (open_index_reader: it
+    # raises EmptyIndexError / IndexUnavailableError before any model loads), the process-wide embedder, the
+    # reranker wired to the reader's stored sentence vectors and passage tokens, the configured LLM client.
+    return Pipeline(settings, reader=reader, embedder=embedder, llm=llm, trace_store=trace_store)
 
 
 def open_trace_store(settings: Settings) -> TraceStore:
