@@ -120,12 +120,8 @@ def _ask(page, question: str, answers_before: int) -> None:  # type: ignore[no-u
     page.wait_for_function(
         f"document.querySelectorAll('.rag-answer').length > {answers_before}", timeout=ANSWER_TIMEOUT_MS
     )
-    # The answer renders before the chunk-order panel beside it: wait until this run has drawn that too.
-    page.wait_for_function(
-        "document.querySelectorAll('.rag-answer').length <= "
-        "document.querySelectorAll('[data-testid=\"stDataFrame\"]').length",
-        timeout=60_000,
-    )
+    # The answer renders before the sources and the feedback widget under it: wait until this run has ended.
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000)
     page.wait_for_timeout(1500)
 
 
@@ -145,6 +141,10 @@ def test_chat_in_a_real_browser(ui_url: str, page) -> None:  # type: ignore[no-u
     tip = cite.locator(".rag-tip")
     tip.wait_for(state="visible", timeout=10_000)
     assert "Refunds" in tip.inner_text()
+    # The evidence panel is behind "Show how this answer was built" (the employee view shows the answer).
+    assert page.get_by_test_id("stDataFrame").count() == 0
+    page.get_by_text("Show how this answer was built").first.click()
+    page.get_by_test_id("stDataFrame").first.wait_for(timeout=60_000)
     body = page.locator("body").inner_text()
     assert "Final chunk order" in body
     assert page.get_by_test_id("stDataFrame").first.is_visible()

@@ -191,6 +191,8 @@ def _sidebar(store: Any, principal: Principal) -> None:
             )
         if store is None:
             return
+        if not store.list_sessions(principal.user, limit=1):
+            return  # nothing to search or reopen yet
         query = st.text_input("Search your conversations", key="chat_search", placeholder="e.g. refund")
         sessions = store.list_sessions(principal.user, limit=200 if query else 20)
         if query:
