@@ -70,18 +70,18 @@ def feedback_widget(
         if stored and stored.get("user") != principal.user:
             st.caption("Feedback: " + feedback_label(stored))  # not theirs to change (the store checks too)
             return stored
-        st.session_state[saved_key] = _stored_state(stored)
-        rating, reason, comment = _stored_state(stored)
-        st.session_state[thumbs] = VALUE_OF.get(rating) if rating else None
-        st.session_state[reason_key] = reason
-        st.session_state[comment_key] = comment or ""
+        was = _stored_state(stored)
+        st.session_state[saved_key] = was
+        st.session_state[thumbs] = VALUE_OF.get(was[0]) if was[0] else None
+        st.session_state[reason_key] = was[1]
+        st.session_state[comment_key] = was[2] or ""
     value = st.feedback("thumbs", key=thumbs)
     rating = RATING_OF.get(value) if value is not None else None
     reason: str | None = None
     comment: str | None = None
     if rating == "down":
         reason = st.pills(
-            "What was wrong? (optional)", list(REASONS), format_func=REASONS.get, key=reason_key
+            "What was wrong? (optional)", list(REASONS), format_func=lambda r: REASONS[r], key=reason_key
         )
         if reason == "other":
             comment = (

@@ -22,7 +22,7 @@ from ui.feedback import feedback_label, feedback_widget
 
 ANY = "any"
 OPENED = "trace_opened"
-FEEDBACK_LABELS = {
+FEEDBACK_LABELS: dict[str, str] = {
     ANY: "any",
     "down": "rated down",
     "up": "rated up",
@@ -79,7 +79,7 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
             "Feedback",
             list(FEEDBACK_LABELS),
             key="trace_f_feedback",
-            format_func=FEEDBACK_LABELS.get,
+            format_func=lambda o: FEEDBACK_LABELS[o],
         )
     with cols[5]:
         docs = _readable_documents(settings, principal)
