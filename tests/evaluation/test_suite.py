@@ -139,3 +139,12 @@ def test_suites_that_need_shared_data_say_so(tmp_path: Path) -> None:
 def test_unknown_suite_is_a_clear_error(tmp_path: Path) -> None:
     res = runner.invoke(eval_app, ["suite", "--suites", "nope", "--work-dir", str(tmp_path), "--data-dir", str(tmp_path)])
     assert res.exit_code != 0 and "Unknown suite 'nope'" in res.output
+
+
+def test_corpora_for_opens_only_what_the_chosen_suites_need() -> None:
+    assert suite_mod.corpora_for(["sample"]) == ["sample"]
+    # unanswerables beside other suites ask only those suites' corpora (no 10k-chunk SciFact ingest by surprise)
+    assert suite_mod.corpora_for(["dev", "gitlab", "sample", "hotpotqa", "unanswerable"]) == [
+        "sample", "dev", "gitlab", "hotpotqa"]
+    assert suite_mod.corpora_for(["unanswerable"]) == ["sample", "dev", "gitlab", "hotpotqa", "scifact"]
+    assert "scifact" in suite_mod.corpora_for(list(suite_mod.SUITES))
