@@ -278,6 +278,7 @@ def extractive_answer(
         extras += [(-scores[i], pos, i) for i in order if i != pick and scores[i] >= floor]
     wanted = {pos: frozenset(bm25_tokens(intent.text)) for pos, intent in enumerate(intents)}
     df = Counter(t for sent in sents for t in sent.tokens)
+    compound = len(intents) > 1
     for _, pos, i in sorted(extras):
         taken = [j for ids in chosen.values() for j in ids]
         if len(taken) >= max_sentences:
@@ -287,9 +288,11 @@ def extractive_answer(
         said = frozenset().union(*(sents[j].tokens for j in chosen[pos]))
         bridge = _identifiers(sents[i].text) & set().union(*(_identifiers(sents[j].text) for j in chosen[pos]))
         new = (sents[i].tokens & wanted[pos]) - said
-        if sum(1 + (df[t] == 1) for t in new) < 2 and not bridge:  # a word only it holds ("Tokyo") counts twice
-            # it adds too little of the question to what the answer already says, and completes no rule
-            # the answer names (the deadline of the Form EXP-7 it quotes)
+        if compound and sum(1 + (df[t] == 1) for t in new) < 2 and not bridge:
+            # In an answer to several questions, a near-tie that adds too little of its part of the question
+            # to what the answer already says (a word only it holds, "Tokyo", counts twice), and completes no
+            # rule the answer names (the deadline of the Form EXP-7 it quotes), is filler. A single question
+            # keeps its near-ties: they often carry the rule's detail in other words ("at least quarterly").
             continue
         if not any(_near_duplicate(sents[i], sents[j]) for j in taken):
             chosen[pos].append(i)

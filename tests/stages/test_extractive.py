@@ -310,19 +310,28 @@ def test_a_table_question_answers_with_the_row_it_asks_about() -> None:
     assert citations and all(c.valid and c.supported for c in citations)
 
 
-def test_a_near_tie_that_adds_nothing_the_question_asks_is_not_quoted() -> None:
+def test_in_a_compound_answer_a_near_tie_that_adds_nothing_its_part_asks_is_not_quoted() -> None:
     evidence = [
         ev(1, "Full-time employees receive 25 days of paid annual leave per calendar year."),
         ev(2, "Part-time employees receive annual leave in proportion to their contracted days."),
+        ev(3, "Unused annual leave of up to 3 days may be carried over into the next calendar year."),
     ]
-    q = "How many days of annual leave does a full-time employee get?"
+    intents = [
+        Intent(0, "How many days of annual leave does a full-time employee get"),
+        Intent(1, "how many unused days can they carry over?"),
+    ]
 
     def tie(query: str, sentences: Sequence[str]) -> list[float]:
-        return [1.0 if "Full-time" in s else 0.95 for s in sentences]
+        if "carry" in query:
+            return [0.9 if "carried" in s else 0.1 for s in sentences]
+        return [1.0 if "Full-time" in s else 0.95 if "Part-time" in s else 0.1 for s in sentences]
 
-    out = extractive_answer(q, [Intent(0, q)], evidence, score=tie)
-    assert lines(out.text) == ["Full-time employees receive 25 days of paid annual leave per calendar year. [1]",
-                               "Sources: [1]"]
+    out = extractive_answer("q", intents, evidence, score=tie)
+    assert lines(out.text) == [
+        "Full-time employees receive 25 days of paid annual leave per calendar year. [1]",
+        "Unused annual leave of up to 3 days may be carried over into the next calendar year. [3]",
+        "Sources: [1], [3]",
+    ]
 
 
 def test_a_near_tie_naming_the_form_the_answer_names_completes_it() -> None:
@@ -330,12 +339,12 @@ def test_a_near_tie_naming_the_form_the_answer_names_completes_it() -> None:
         ev(1, "Submit your travel expenses on Form EXP-7, with every receipt attached."),
         ev(2, "Form EXP-7 must be filed within 30 days of the trip end."),
     ]
-    q = "How long after a trip do I have to submit my travel expenses?"
+    intents = [Intent(0, "How long after a trip do I have to submit my travel expenses"), Intent(1, "who approves?")]
 
     def tie(query: str, sentences: Sequence[str]) -> list[float]:
         return [1.0 if "Submit" in s else 0.95 for s in sentences]
 
-    out = extractive_answer(q, [Intent(0, q)], evidence, score=tie)
+    out = extractive_answer("q", intents, evidence, score=tie)
     assert "Form EXP-7 must be filed within 30 days of the trip end. [2]" in lines(out.text)
 
 
