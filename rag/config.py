@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     rrf_k: int = 60
     evidence_k: int = 6
     evidence_token_budget: int = 1800
+    budget_score_floor: bool = Field(
+        default=True,
+        description="Drop candidates under the abstention threshold from the evidence even when K has room.",
+    )
     dedup_threshold: float = 0.8
     packing: PackingStrategy = "edges"
     repeat_question: bool = True
