@@ -424,3 +424,45 @@ def _approx_tokens(text: str) -> int:
     from rag.text import count_tokens
 
     return count_tokens(text)
+
+
+# ---------------------------------------------------------------------- claim repair
+# One more call when the claim check fails: the model sees its own answer and, for each failed claim, why it
+# failed and the passage sentence it was compared with. Bounded by the caller (one repair, then extractive).
+REPAIR_INSTRUCTIONS = (
+    "Your previous answer (below) has sentences that the evidence does not support. Write the answer again "
+    "from the evidence only: correct or leave out each sentence listed, keep what the evidence supports, and "
+    "write the id of the passage each sentence comes from in square brackets after it."
+)
+
+
+def repair_prompt(prompt: Prompt, answer: str, failures: Sequence[Any]) -> Prompt:
+    """``prompt`` with the previous answer and its failed claims (``rag.stages.claims.ClaimCheck``) named."""
+    from rag.stages.prompt import neutralise
+
+    lines = []
+    for c in failures:
+        said = f' The passage [{c.n}] says: "{neutralise(c.evidence_sentence)}"' if c.n and c.evidence_sentence else ""
+        lines.append(f'- "{neutralise(c.claim.text)}": {c.verdict} ({neutralise(c.reason)}).{said}')
+    user = (
+        f"{prompt.user}\n\nPrevious answer:\n{neutralise(answer.strip())}\n\n"
+        f"Sentences that failed the check:\n" + "\n".join(lines) + f"\n\n{REPAIR_INSTRUCTIONS}"
+    )
+    return Prompt(prompt.system, user, prompt.evidence_map, prompt.n_tokens + _approx_tokens(user[len(prompt.user):]))
+
+
+def repair_claims(
+    prompt: Prompt,
+    evidence: Sequence[Evidence],
+    answer: str,
+    failures: Sequence[Any],
+    client: ChatModel,
+    settings: Settings | None = None,
+) -> GenerationResult:
+    """One repair call (standard mode) for an answer whose claims failed the check; raises GenerationError
+    like ``generate`` when the call fails or returns no sentence of its own."""
+    max_tokens = settings.llm_max_tokens if settings is not None else None
+    generated = client.complete(repair_prompt(prompt, answer, failures), max_tokens=max_tokens)
+    if settings is not None and settings.generation_mode == "quote_then_answer":
+        return _answer_or_raise(split_quotes(generated, evidence), evidence)
+    return _answer_or_raise(_with_mode(generated, "repair"), evidence)

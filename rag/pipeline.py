@@ -24,6 +24,7 @@ from rag.stages.abstention import abstention_text, decide_abstention, missing_an
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
 from rag.stages.citations import check_citations, claim_key, lexical_support, repair_citations
+from rag.stages.claims import ClaimCheck, add_missing_markers, check_claims, failed, summary, verified
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import check_addresses, extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
@@ -102,6 +103,8 @@ class Result:
     budgets: dict[str, Any] = field(default_factory=dict)
     hops: list[dict[str, Any]] = field(default_factory=list)
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
+    claims: list[ClaimCheck] = field(default_factory=list)  # every claim's verdict (rag/stages/claims.py)
+    verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +150,9 @@ class Result:
             ],
             "hops": self.hops,
             "answer_check": self.answer_check,
+            "claims": [c.to_json() for c in self.claims],
+            "verified": verified(self.claims) and not self.abstained,  # the only state shown as checked
+            "verification": self.verification,
             "budgets": self.budgets,
             "prompt": {
                 "system": self.prompt.system if self.prompt else "",
@@ -609,6 +615,16 @@ class Pipeline:
             citations = check_citations(answer, evidence, support=support)
             d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
                      unsupported=sum(not c.supported for c in citations))
+        with rec.stage("claims") as d:
+            # every claim, cited or not, against the evidence sentence that best matches it; an LLM answer
+            # that fails is repaired once, then answered extractively (rag/stages/claims.py)
+            repairer = llm if use_llm and not abstain and generated.error is None else None
+            checked, claims, verification = self._verify(
+                question, intents, evidence, prompt, answer, uncovered, repairer, support, abstain
+            )
+            if checked != answer:
+                answer, citations = checked, check_citations(checked, evidence, support=support)
+            d.update(verification)
         with rec.stage("answer_check") as d:
             # does the answer address every part of the question? ("Citations checked" needs it)
             checks = check_addresses(answer, intents, abstained=abstain)
@@ -635,6 +651,8 @@ class Pipeline:
             generation_mode=s.generation_mode if use_llm else "extractive",
             hops=hops,
             answer_check=answer_check,
+            claims=claims,
+            verification={k: v for k, v in verification.items() if k != "claims"},
             budgets={
                 "evidence_k": k,
                 "evidence_token_budget": token_budget,
@@ -671,6 +689,97 @@ class Pipeline:
                 return Generated(text=fallback.text, model=f"extractive (fallback; {self.settings.llm_model} failed)",
                                  error=str(exc))
         return self._extractive(question, intents, evidence, uncovered)
+
+    def _verify(
+        self,
+        question: Question,
+        intents: Sequence[Intent],
+        evidence: Sequence[Evidence],
+        prompt: Prompt,
+        answer: str,
+        uncovered: Sequence[Intent],
+        llm: Any | None,
+        support: Callable[[str, str], float],
+        abstain: bool,
+    ) -> tuple[str, list[ClaimCheck], dict[str, Any]]:
+        """Check every claim of ``answer``. With ``llm`` (an LLM answer): uncited claims a passage holds get
+        its marker, and an answer with a failed claim gets one repair call naming the failed claims; if the
+        repair fails too, the answer is the extractive one with a notice saying why. Returns the answer, the
+        verdicts and the trace record (the model's text, every verdict, the repair)."""
+        if abstain or not evidence:
+            return answer, [], {"checked": False, "reason": "abstained: no claim to check"}
+        notice = f"\n\n{abstention_text(question.text, uncovered, intents)}" if uncovered else ""
+        body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
+        cosine = self.claim_cosine(evidence)
+        checks = check_claims(body, evidence, support=support, cosine=cosine)
+        record: dict[str, Any] = {"model_answer": body, "claims": [c.to_json() for c in checks],
+                                  "verdicts": summary(checks)}
+        if llm is not None and self.settings.citation_repair:
+            marked, added = add_missing_markers(body, checks)
+            if added:  # a claim the model left unmarked gets the passage that holds it
+                body, checks = marked, check_claims(marked, evidence, support=support, cosine=cosine)
+                record["markers_added"] = added
+        if llm is None or not failed(checks):
+            record["verified"] = verified(checks)
+            return body + notice, checks, record
+        from rag.generation import repair_claims
+
+        bad = failed(checks)
+        repair: dict[str, Any] = {"failed": [{"text": c.claim.text, "verdict": c.verdict, "reason": c.reason}
+                                             for c in bad]}
+        record["repair"] = repair
+        try:
+            repaired = repair_claims(prompt, evidence, body, bad, llm, self.settings)
+            text = repaired.text
+            repair["model_answer"] = text
+            if self.settings.citation_repair:
+                text, moved = repair_citations(text, evidence, support=support)
+                again = check_claims(text, evidence, support=support, cosine=cosine)
+                text, added = add_missing_markers(text, again)
+                if moved or added:
+                    again = check_claims(text, evidence, support=support, cosine=cosine)
+                    repair.update(citation_repairs=moved, markers_added=added)
+            else:
+                again = check_claims(text, evidence, support=support, cosine=cosine)
+            repair.update(claims=[c.to_json() for c in again], verdicts=summary(again), verified=verified(again))
+        except GenerationError as exc:
+            again, repair["error"] = [], str(exc)
+        if again and verified(again):
+            record.update(repaired=True, verified=True)
+            return text + notice, again, record
+        # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
+        worst = next((c for c in (failed(again) or bad) if c.verdict == "contradicted"), (failed(again) or bad)[0])
+        why = (f"Note: the language model's answer was not shown: {len(failed(again) or bad)} of its claims "
+               f"{'contradict' if worst.verdict == 'contradicted' else 'are not supported by'} the evidence"
+               f"{f' ({worst.reason})' if worst.verdict == 'contradicted' else ''}, also after one repair. "
+               "The sentences above are quoted from the evidence instead.")
+        fallback = self._extractive(question, intents, evidence, uncovered).text
+        final = check_claims(fallback, evidence, support=support, cosine=cosine)
+        record.update(repaired=False, fallback="extractive", notice=why, verified=verified(final),
+                      fallback_claims=[c.to_json() for c in final])
+        return f"{fallback}\n\n{why}{notice}", final, record
+
+    def claim_cosine(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
+        """Cosines between a claim and passage sentences, from the sentence vectors stored at ingestion (a claim
+        that quotes an evidence sentence reuses its vector; other claims are embedded once each)."""
+        known: dict[str, np.ndarray] = {}
+        for e in evidence:
+            vectors = self.reader.sentence_vectors(e.candidate.chunk_id)
+            units = sentence_units(e.candidate.chunk.text)
+            if vectors is not None and len(vectors) == len(units):
+                known.update(zip(units, vectors, strict=True))
+        by_key = {claim_key(u): v for u, v in known.items()}
+
+        def cosine(claim: str, sentences: Sequence[str]) -> list[float]:
+            missing = [x for x in dict.fromkeys(sentences) if x not in known]
+            if missing:
+                known.update(zip(missing, self.embedder.embed_queries(missing), strict=True))
+            vector = by_key.get(claim_key(claim))
+            if vector is None:
+                vector = self.query_vector(claim)
+            return [float(known[x] @ vector) for x in sentences]
+
+        return cosine
 
     def _extractive(
         self, question: Question, intents: Sequence[Intent], evidence: Sequence[Evidence], uncovered: Sequence[Intent]

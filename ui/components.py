@@ -137,7 +137,7 @@ def badges_html(trace: dict[str, Any]) -> str:
         out.append(
             f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
         )
-    elif trace.get("citations"):
+    elif trace.get("citations") and trace.get("verified"):
         out.append('<span class="rag-badge ok">Citations checked</span>')
     return "".join(out)
 

@@ -143,12 +143,21 @@ def check_citations(
 
     valid: [n] exists in the evidence. supported: the support score (``support(claim, passage_text)`` when
     given, else lexical token overlap) reaches ``threshold`` and every number in the claim appears in the
-    passage ("30 days" is not supported by a passage that says 45). A trailing 'Sources: [1], [2]' line is
-    not a claim: its valid ids count as supported (score 1.0).
+    passage ("30 days" is not supported by a passage that says 45). A 'Sources: [1], [2]' line is not a
+    claim and never counts as support by itself: an id it lists is supported only when that passage supports
+    one of the answer's sentences (its score is the best of those sentences').
     """
     by_n = {e.n: e.candidate.chunk for e in evidence}
+    parsed = parse_citations(answer)
+    claims = [_claim(s) for s, _ in parsed if not is_sources_line(s) and re.search(r"[^\W\d_]{2,}", _claim(s))]
+
+    def judged(claim: str, chunk: Chunk) -> tuple[float, bool]:
+        passage = _passage_text(chunk)
+        score = support(claim, chunk.text) if support else lexical_support(claim, passage)
+        return score, score >= threshold and _numbers(claim) <= _numbers(passage)
+
     out: list[Citation] = []
-    for sentence, ids in parse_citations(answer):
+    for sentence, ids in parsed:
         sources = is_sources_line(sentence)
         claim = _claim(sentence)
         for n in ids:
@@ -156,14 +165,12 @@ def check_citations(
             if chunk is None:
                 out.append(Citation(n, None, False, False, sentence, 0.0))
             elif sources:
-                out.append(Citation(n, chunk.chunk_id, True, True, sentence, 1.0))
+                scores = [judged(c, chunk) for c in claims]
+                best = max((sc for sc, _ in scores), default=0.0)
+                out.append(Citation(n, chunk.chunk_id, True, any(ok for _, ok in scores), sentence, best))
             else:
-                passage = _passage_text(chunk)
-                score = support(claim, chunk.text) if support else lexical_support(claim, passage)
-                numbers_ok = _numbers(claim) <= _numbers(passage)
-                out.append(
-                    Citation(n, chunk.chunk_id, True, score >= threshold and numbers_ok, sentence, score)
-                )
+                score, ok = judged(claim, chunk)
+                out.append(Citation(n, chunk.chunk_id, True, ok, sentence, score))
     return out
 
 

@@ -103,15 +103,18 @@ def test_each_id_of_a_sentence_is_checked() -> None:
     assert [(c.n, c.supported) for c in citations] == [(1, False), (2, True)]
 
 
-def test_sources_line_is_valid_and_not_checked_for_support() -> None:
+def test_a_sources_line_never_counts_as_support_by_itself() -> None:
+    # issue 20: 'Sources: [1], [2]' was the only "sentence" checked, and it scored 1.0
     answer = "Gift cards are not eligible for refunds [2].\nSources: [2], [3], [9]"
     citations = check_citations(answer, EVIDENCE)
     assert [(c.n, c.valid, c.supported) for c in citations] == [
         (2, True, True),
-        (2, True, True),
-        (3, True, True),
+        (2, True, True),  # [2] supports a sentence of the answer
+        (3, True, False),  # listed, but supports none of them
         (9, False, False),
     ]
+    only_sources = check_citations("Parking is free for visitors.\nSources: [3]", EVIDENCE)
+    assert [(c.n, c.supported) for c in only_sources] == [(3, False)]
 
 
 def test_an_injected_support_function_is_used() -> None:

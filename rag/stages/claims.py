@@ -1,0 +1,473 @@
+"""Claim-level verification: split an answer into claims and judge every claim against the evidence.
+
+A citation check that compares words and cosines calls "Yes, we can refund the gift card [2]" supported by
+"Gift cards are not refundable" (same words, high cosine). Here each claim is compared with the passage
+sentence that best matches it, and the comparison looks for what flips meaning while keeping the words:
+polarity (not, no, never, cannot, non-...), numbers and their units (dates, durations, amounts), comparators
+and quantifiers (at least / at most, before / after, all / none, ...), and swapped names or form ids.
+
+Verdicts:
+- ``supported``: a passage (the cited one, or for an uncited claim the one found for it) holds the claim and
+  its best-matching sentence does not conflict with it;
+- ``contradicted``: the sentence that best matches the claim says otherwise (a conflict above);
+- ``unsupported``: the claim cites passages, none of which holds it (and none contradicts it);
+- ``uncited``: the claim cites nothing and no passage holds it.
+
+A 'Sources: [1], [2]' line is not a claim and never counts as support. The functions here are pure: similarity
+from sentence vectors is passed in (``cosine``), so the same code runs in the pipeline and in the measurement
+over the perturbed-claim set (``rag.evaluation.claimset``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rag.sentences import sentence_units
+from rag.stages.citations import claim_key, is_sources_line, lexical_support, parse_citations
+from rag.text import bm25_tokens, normalize
+from rag.types import Evidence
+
+Verdict = Literal["supported", "unsupported", "contradicted", "uncited"]
+VERDICTS: tuple[Verdict, ...] = ("supported", "unsupported", "contradicted", "uncited")
+
+# (claim, passage sentences) -> cosine of the claim with each sentence, in order. None: lexical only.
+Cosine = Callable[[str, Sequence[str]], Sequence[float]]
+
+SUPPORT_THRESHOLD = 0.35  # the citation check's support threshold (passage-level score), kept
+MATCH_THRESHOLD = 0.3  # a sentence this similar to a claim is about the same thing: a conflict with it counts
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checkable statement of an answer."""
+
+    index: int
+    sentence: str  # as the model wrote it, markers included
+    text: str  # without markers, list bullets or an 'Answer:' prefix
+    cited: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """The verdict on one claim and what it rests on."""
+
+    claim: Claim
+    verdict: Verdict
+    n: int | None  # the passage the verdict rests on (the supporting or contradicting one)
+    chunk_id: str | None
+    evidence_sentence: str | None  # the passage sentence the claim was compared with
+    score: float  # support score of passage n
+    reason: str
+    conflicts: tuple[str, ...] = ()
+    attributed: bool = False  # an uncited claim given the passage that supports it
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.claim.index,
+            "text": self.claim.text,
+            "sentence": self.claim.sentence,
+            "cited": list(self.claim.cited),
+            "verdict": self.verdict,
+            "n": self.n,
+            "chunk_id": self.chunk_id,
+            "evidence_sentence": self.evidence_sentence,
+            "score": round(float(self.score), 4),
+            "reason": self.reason,
+            "conflicts": list(self.conflicts),
+            "attributed": self.attributed,
+        }
+
+
+# ------------------------------------------------------------------------------------------ splitting
+_ANSWER_PARTICLE = re.compile(r"^\s*(?:yes|no|not yet|correct|right|sure)\b\s*[,.;:!\u2014-]\s*", re.IGNORECASE)
+_HAS_WORDS = re.compile(r"[^\W\d_]{2,}")
+_HEADINGS = re.compile(r"^\s*(?:quotes?|answer|sources?)\s*:?\s*$", re.IGNORECASE)
+
+
+def split_claims(answer: str) -> list[Claim]:
+    """The answer's claims: its sentences, without 'Sources:' lines, bare ids or headings. A bare 'Yes.' or
+    'No.' is kept: it is the answer, and the sentence after it says what it affirms or denies."""
+    out: list[Claim] = []
+    for sentence, ids in parse_citations(answer):
+        if is_sources_line(sentence):
+            continue
+        text = claim_key(sentence)
+        if not _HAS_WORDS.search(text) or _HEADINGS.match(text):
+            continue
+        out.append(Claim(len(out), sentence, text, tuple(ids)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ comparison
+_NEG_WORDS = {
+    "not", "no", "never", "cannot", "none", "nothing", "nobody", "neither", "nor", "without", "nowhere",
+    "excluded", "prohibited", "forbidden", "ineligible", "unavailable", "disallowed", "non",
+}
+_NEG_PREFIX = re.compile(r"^(?:non|un|in|ir|im|il)-?(refundable|returnable|reimbursable|eligible|paid|allowed|"
+                         r"permitted|available|acceptable|transferable|required|necessary|approved)$")
+_EXCEPTION = re.compile(r"\b(?:except|unless|other than|apart from|excluding|but)\b", re.IGNORECASE)
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?(?:-[a-z]+)*")
+
+# Pairs whose members flip a rule when swapped. Each side is a tuple of patterns (word-bounded, lowercase).
+OPPOSITES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("at least", "minimum", "no less than", "or more", "no fewer than"), ("at most", "maximum", "no more than",
+                                                                            "or less", "up to", "or fewer")),
+    (("more than", "over", "above", "exceeds?", "exceeding", "longer than", "greater than"),
+     ("less than", "under", "below", "fewer than", "shorter than")),
+    (("before", "prior to", "in advance", "ahead of"), ("after",)),
+    (("earliest",), ("latest",)),
+    (("always",), ("never",)),
+    (("every", "all", "any"), ("no", "none")),
+    (("full-time", "full time"), ("part-time", "part time")),
+    (("international", "abroad"), ("domestic", "within the country")),
+    (("required", "mandatory", "must"), ("optional", "voluntary")),
+    (("paid",), ("unpaid",)),
+    (("increase[sd]?",), ("decrease[sd]?", "reduce[sd]?")),
+    (("higher",), ("lower",)),
+    (("earlier",), ("later",)),
+    (("first",), ("last",)),
+    (("business days?",), ("calendar days?",)),
+    (("approve[sd]?", "approval"), ("reject(?:s|ed)?", "rejection")),
+    (("allowed", "permitted"), ("prohibited", "forbidden")),
+    (("inside",), ("outside",)),
+)
+_OPPOSITE_RES = tuple(
+    (re.compile(r"\b(?:" + "|".join(a) + r")\b"), re.compile(r"\b(?:" + "|".join(b) + r")\b")) for a, b in OPPOSITES
+)
+
+_NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "once": 1, "twice": 2,
+    "half": 0.5, "single": 1, "double": 2,
+}
+_UNIT_ALIASES = {
+    "day": "day", "days": "day", "week": "week", "weeks": "week", "month": "month", "months": "month",
+    "year": "year", "years": "year", "yr": "year", "yrs": "year", "hour": "hour", "hours": "hour", "hr": "hour",
+    "hrs": "hour", "minute": "minute", "minutes": "minute", "min": "minute", "mins": "minute", "second": "second",
+    "seconds": "second", "mile": "mile", "miles": "mile", "km": "km", "kilometre": "km", "kilometres": "km",
+    "kilometer": "km", "kilometers": "km", "percent": "%", "per cent": "%", "%": "%", "people": "person",
+    "persons": "person", "person": "person", "employees": "person", "members": "person", "times": "times",
+    "characters": "character", "character": "character", "digits": "character", "gb": "gb", "mb": "mb",
+    "nights": "night", "night": "night", "segments": "segment", "usd": "$", "dollars": "$", "eur": "eur",
+    "euros": "eur", "euro": "eur", "€": "eur", "£": "gbp", "$": "$",
+}
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_QUANTITY = re.compile(
+    r"(?P<cur>[$€£])?\s?(?P<num>(?<![\d.,])\d+(?:[,.]\d+)*(?![\d])|\b(?:"
+    + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+    + r")\b)(?P<ord>st|nd|rd|th\b)?",
+    re.IGNORECASE,
+)
+_QUALIFIERS = {"business", "calendar", "working", "consecutive", "full", "paid", "unpaid", "unused", "more",
+               "additional", "extra", "whole", "of", "annual"}
+_PER = {"per", "a", "an", "each", "every"}
+
+
+@dataclass(frozen=True)
+class Quantity:
+    value: float
+    unit: str  # '' when the number stands alone ('2024', a list count); 'day/week' for '3 days per week'
+    text: str
+
+
+def _unit(word: str) -> str:
+    return _UNIT_ALIASES.get(word, word if word in _MONTHS else "")
+
+
+def quantities(text: str) -> list[Quantity]:
+    """Numbers with the unit that follows (or the currency before) them: '$1,200' -> (1200, '$'),
+    '45 days' -> (45, 'day'), 'forty-five days' -> (45, 'day'), '15%' -> (15, '%'), '1 March' -> (1, 'march'),
+    '$0.70 per mile' -> (0.7, '$/mile'). Ids ('EXP-7', 'L4') are names, not numbers."""
+    text = normalize(text).lower()
+    text = re.sub(r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-(one|two|three|four|five|six|"
+                  r"seven|eight|nine)\b", lambda m: str(_NUMBER_WORDS[m.group(1)] + _NUMBER_WORDS[m.group(2)]), text)
+    out: list[Quantity] = []
+    for m in _QUANTITY.finditer(text):
+        raw = m.group("num")
+        tail = re.match(r"(am|pm|x\d+)\b", text[m.end() : m.end() + 6])
+        if re.search(r"[a-z]-?$", text[: m.start("num")]) or (
+            not tail and re.match(r"[a-z]", text[m.end() : m.end() + 1])
+        ):
+            continue  # 'EXP-7', 'L4', 'sev1'
+        if raw in _NUMBER_WORDS:
+            value = float(_NUMBER_WORDS[raw])
+        else:
+            digits = raw.replace(",", "")
+            try:
+                value = float(digits) if digits.count(".") <= 1 else float(int(digits.replace(".", "")))
+            except ValueError:
+                continue
+        follow = re.match(r"(?:\s*-?\s*(?:%|[a-z€£$]+))*", text[m.end() : m.end() + 60])
+        rest = re.findall(r"%|[a-z€£$]+", follow.group(0) if follow else "")
+        i = 0
+        while i < len(rest) - 1 and rest[i] in _QUALIFIERS:
+            i += 1
+        cur = m.group("cur")
+        unit = _UNIT_ALIASES.get(cur, "") if cur else ""
+        before = re.search(r"\b(usd|eur|euros?|gbp|dollars?)\s*$", text[: m.start("num")])
+        if before and not cur:
+            unit = {"usd": "$", "dollar": "$", "dollars": "$", "gbp": "gbp"}.get(before.group(1), "eur")
+        if tail:
+            out.append(Quantity(value, tail.group(1) if tail.group(1) in ("am", "pm") else "x", m.group(0).strip()))
+            if tail.group(1).startswith("x"):
+                out.append(Quantity(float(tail.group(1)[1:]), "x", tail.group(0)))
+            continue
+        if not unit and rest and (_unit(rest[i]) or rest[0] == "%"):
+            unit = "%" if rest[0] == "%" else _unit(rest[i])
+            i += 1
+        elif not unit and rest and rest[0] in _MONTHS:
+            unit = rest[0]
+        if unit and i + 1 < len(rest) and rest[i] in _PER and _unit(rest[i + 1]) or (
+            unit and i + 1 < len(rest) and rest[i] in _PER and rest[i + 1] not in _PER
+        ):
+            unit = f"{unit}/{_unit(rest[i + 1]) or rest[i + 1].rstrip('s')}"
+        out.append(Quantity(value, unit, " ".join([text[m.start() : m.end()].strip(), *rest[:i]])))
+    return out
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(normalize(text).lower())
+
+
+def negated(text: str) -> bool:
+    """Does the text deny (not, no, never, cannot, n't, non-refundable, excluded, ...)? By parity: 'are not
+    prohibited' and 'is not unavailable' affirm."""
+    cues = sum(w in _NEG_WORDS or w.endswith("n't") or bool(_NEG_PREFIX.match(w)) for w in _words(text))
+    return cues % 2 == 1
+
+
+def _main_and_exception(sentence: str) -> tuple[str, str]:
+    m = _EXCEPTION.search(sentence)
+    return (sentence[: m.start()], sentence[m.start() :]) if m else (sentence, "")
+
+
+_ENTITY = re.compile(r"\b(?:[A-Z]{2,}[A-Z0-9]*-\d+[A-Z]?|[A-Z]{2,}\d*|[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)\b")
+_COMMON_CAPS = {
+    "The", "A", "An", "If", "In", "On", "For", "Yes", "No", "You", "Your", "We", "Our", "It", "This", "That",
+    "They", "Each", "Every", "All", "Any", "After", "Before", "When", "Within", "Employees", "Customers",
+    "Items", "Staff", "Team", "Only", "Not", "To", "As", "At", "By", "From", "Of", "With", "There", "Also",
+    "Then", "So", "Claims", "Meals", "Using", "Unused", "Book", "Submit", "Call", "Ask", "Questions", "Form",
+    "Forms", "Sick", "Office", "New", "I", "Do", "Does", "Can", "May", "Must", "Is", "Are", "Be", "Until",
+}
+
+
+def entities(text: str) -> set[str]:
+    """Names and ids a claim could swap: form and control ids ('EXP-7', 'SEC-9'), acronyms, capitalised names
+    not opening a sentence and not common sentence openers."""
+    out: set[str] = set()
+    text = normalize(text)
+    for m in _ENTITY.finditer(text):
+        name = m.group(0)
+        first = name.split()[0]
+        opener = not re.search(r"\S", text[: m.start()]) or re.search(r"[.!?:;,(]\s*$", text[: m.start()])
+        if first in _COMMON_CAPS or (opener and not first.isupper()):
+            name = " ".join(name.split()[1:])
+        if not name or name in _COMMON_CAPS or name.lower() in _MONTHS:
+            continue
+        out.add(name)
+    return out
+
+
+def _same(a: Quantity, b: Quantity) -> bool:
+    return abs(a.value - b.value) < 1e-9 and (a.unit == b.unit or not a.unit or not b.unit)
+
+
+def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...]:
+    """What in ``claim`` says otherwise than ``sentence`` (the evidence sentence that best matches it).
+
+    ``context`` is the rest of the evidence: a number the best sentence lacks but another passage sentence
+    states is a figure combined from two sentences, not a changed one."""
+    out: list[str] = []
+    body = _ANSWER_PARTICLE.sub("", claim)
+    main, exception = _main_and_exception(sentence)
+    # Polarity: the claim denies what the sentence's rule affirms, or affirms what it denies. A claim that
+    # speaks about the exception ("... where the law requires it") may take either side.
+    about_exception = False
+    claim_main, claim_exception = _main_and_exception(body)
+    if exception and not claim_exception:  # a claim that states the exception too is compared rule to rule
+        ex = set(bm25_tokens(exception)) - {"except", "unless", "but"}
+        about_exception = bool(ex) and len(ex & set(bm25_tokens(body))) / len(ex) >= 0.5
+    if not about_exception and negated(claim_main) != negated(main):
+        out.append(
+            f"polarity: the claim {'denies' if negated(claim_main) else 'affirms'} what the passage "
+            f"{'denies' if negated(main) else 'affirms'}"
+        )
+    # Numbers and units.
+    cq, sq = quantities(body), quantities(sentence)
+    ctx = quantities(context) if context else []
+    for q in cq:
+        if any(_same(q, s) for s in sq):
+            continue
+        same_unit = [s for s in sq if s.unit and s.unit == q.unit]
+        same_value = [s for s in sq if abs(s.value - q.value) < 1e-9 and s.unit != q.unit and s.unit and q.unit]
+        if same_value:
+            out.append(f"unit: the claim says '{q.text}' ({q.unit}), the passage '{same_value[0].text}' "
+                       f"({same_value[0].unit})")
+        elif same_unit:
+            out.append(f"number: the claim says '{q.text}', the passage '{same_unit[0].text}'")
+        elif not q.unit and sq:
+            unitless = [s for s in sq if not s.unit]
+            if unitless:
+                out.append(f"number: the claim says '{q.text}', the passage '{unitless[0].text}'")
+    # Comparators and quantifiers.
+    cl, sl = " ".join(_words(body)), " ".join(_words(sentence))
+    for a, b in _OPPOSITE_RES:
+        for x, y in ((a, b), (b, a)):
+            cx, sy = x.search(cl), y.search(sl)
+            if cx and sy and not x.search(sl) and not y.search(cl):
+                out.append(f"condition: the claim says '{cx.group(0)}', the passage '{sy.group(0)}'")
+    # Swapped names and ids: the claim names one the sentence lacks, where the sentence names another.
+    ce, se = entities(body), entities(sentence)
+    missing = [e for e in ce if e not in sentence and e not in context]  # names keep their capitals
+    other = [e for e in se if e not in body]
+    if missing and other:
+        out.append(f"entity: the claim names '{missing[0]}', the passage '{other[0]}'")
+    return tuple(dict.fromkeys(out))
+
+
+# ------------------------------------------------------------------------------------------ matching
+_NOT_CONTENT = _NEG_WORDS | {"yes", "can", "may", "must", "will", "would", "should", "could", "also", "only"}
+
+
+def _content(text: str) -> set[str]:
+    return {t for t in bm25_tokens(text) if not t[0].isdigit() and t not in _NOT_CONTENT}
+
+
+def sentence_similarity(claim: str, sentences: Sequence[str], cosine: Sequence[float] | None = None) -> list[float]:
+    """How much each sentence is about what the claim says: content-word overlap (numbers and negations left out,
+    so '90 days' and 'not' do not decide which sentence to compare with), blended with the cosine when given."""
+    c = _content(claim)
+    out = []
+    for i, s in enumerate(sentences):
+        st = _content(s)
+        lex = (len(c & st) / len(c) * 0.7 + len(c & st) / len(st) * 0.3) if c and st else 0.0
+        out.append(0.5 * lex + 0.5 * max(0.0, float(cosine[i])) if cosine is not None else lex)
+    return out
+
+
+@dataclass(frozen=True)
+class _Match:
+    n: int
+    chunk_id: str
+    sentence: str
+    similarity: float
+    support: float
+    conflicts: tuple[str, ...] = field(default=())
+
+
+def _passage(e: Evidence) -> str:
+    c = e.candidate.chunk
+    return f"{c.title}\n{c.section}\n{c.text}"
+
+
+def _best_match(claim: str, e: Evidence, context: str, cosine: Cosine | None,
+                support: Callable[[str, str], float] | None) -> _Match:
+    chunk = e.candidate.chunk
+    units = sentence_units(chunk.text) or [chunk.text]
+    cos = cosine(claim, units) if cosine is not None else None
+    sims = sentence_similarity(claim, units, cos)
+    i = max(range(len(units)), key=lambda j: sims[j])
+    score = support(claim, chunk.text) if support is not None else lexical_support(claim, _passage(e))
+    return _Match(e.n, chunk.chunk_id, units[i], sims[i], score, conflicts(claim, units[i], context=context))
+
+
+def check_claims(
+    answer: str,
+    evidence: Sequence[Evidence],
+    *,
+    support: Callable[[str, str], float] | None = None,
+    cosine: Cosine | None = None,
+    threshold: float = SUPPORT_THRESHOLD,
+    match_threshold: float = MATCH_THRESHOLD,
+) -> list[ClaimCheck]:
+    """A verdict for every claim of ``answer`` (see the module docstring).
+
+    ``support(claim, passage_text)`` is the citation check's passage-level score (default: lexical coverage);
+    ``cosine`` gives sentence similarities. A passage supports a claim when its score reaches ``threshold``
+    and the claim's best-matching sentence in it does not conflict with the claim. A conflict with the
+    sentence that matches the claim best across all the evidence (similarity >= ``match_threshold``, and at
+    least as close as the supporting sentence) makes the claim contradicted, cited or not."""
+    by_n = {e.n: e for e in evidence}
+    all_text = "\n".join(e.candidate.chunk.text for e in evidence)
+    out: list[ClaimCheck] = []
+    for claim in split_claims(answer):
+        matches = {e.n: _best_match(claim.text, e, all_text, cosine, support) for e in evidence}
+        cited = [n for n in claim.cited if n in by_n]
+
+        def holds(m: _Match) -> bool:
+            return m.support >= threshold and m.similarity >= match_threshold * 0.5 and not m.conflicts
+
+        closest = max(matches.values(), key=lambda m: (m.similarity, -m.n), default=None)
+        pool = [matches[n] for n in cited] if claim.cited else list(matches.values())
+        holding = [m for m in pool if holds(m)]
+        best_hold = max(holding, key=lambda m: (m.similarity, m.support, -m.n), default=None)
+        if (
+            closest is not None
+            and closest.conflicts
+            and closest.similarity >= match_threshold
+            and (best_hold is None or closest.similarity >= best_hold.similarity)
+        ):
+            out.append(ClaimCheck(claim, "contradicted", closest.n, closest.chunk_id, closest.sentence,
+                                  closest.support, "; ".join(closest.conflicts), closest.conflicts))
+            continue
+        if best_hold is not None:
+            why = f"[{best_hold.n}] holds it" if cited else f"no marker; [{best_hold.n}] holds it"
+            out.append(ClaimCheck(claim, "supported", best_hold.n, best_hold.chunk_id, best_hold.sentence,
+                                  best_hold.support, why, attributed=not cited))
+            continue
+        conflicting = [m for m in pool if m.conflicts and m.similarity >= match_threshold]
+        if conflicting:
+            m = max(conflicting, key=lambda m: m.similarity)
+            out.append(ClaimCheck(claim, "contradicted", m.n, m.chunk_id, m.sentence, m.support,
+                                  "; ".join(m.conflicts), m.conflicts))
+            continue
+        verdict: Verdict = "unsupported" if claim.cited else "uncited"
+        near = max(pool, key=lambda m: (m.support, -m.n), default=None)
+        if near is None:
+            reason = "no evidence" if not cited else "cites no passage in the evidence"
+            out.append(ClaimCheck(claim, verdict, None, None, None, 0.0,
+                                  reason if not claim.cited else "cites no passage in the evidence"))
+            continue
+        reason = (f"[{near.n}] does not hold it (support {near.support:.2f})" if cited
+                  else "no marker, and no passage holds it")
+        if claim.cited and not cited:
+            reason = "cites no passage in the evidence"
+        out.append(ClaimCheck(claim, verdict, near.n if cited else None, near.chunk_id if cited else None,
+                              near.sentence, near.support, reason))
+    return out
+
+
+def verified(checks: Sequence[ClaimCheck]) -> bool:
+    """Every claim supported (and at least one claim): the only state the UI calls 'Citations checked'."""
+    return bool(checks) and all(c.verdict == "supported" for c in checks)
+
+
+def failed(checks: Sequence[ClaimCheck]) -> list[ClaimCheck]:
+    return [c for c in checks if c.verdict != "supported"]
+
+
+def summary(checks: Sequence[ClaimCheck]) -> dict[str, int]:
+    return {v: sum(c.verdict == v for c in checks) for v in VERDICTS}
+
+
+def add_missing_markers(answer: str, checks: Sequence[ClaimCheck]) -> tuple[str, list[dict[str, object]]]:
+    """Write the marker of the passage found for each uncited claim after its sentence ('... 45 days [1].').
+
+    Only claims judged ``supported`` with an attributed passage get one: a marker is never invented for a
+    claim no passage holds. Returns the new answer and one record per marker added ({"sentence", "to"})."""
+    out, added = answer, []
+    for c in checks:
+        if not (c.attributed and c.verdict == "supported" and c.n is not None) or c.claim.sentence not in out:
+            continue
+        body = c.claim.sentence.rstrip()
+        stop = len(body) - len(body.rstrip(".!?"))
+        fixed = f"{body[: len(body) - stop].rstrip()} [{c.n}]{body[len(body) - stop :]}"
+        out = out.replace(c.claim.sentence, fixed, 1)
+        added.append({"sentence": c.claim.text, "to": c.n})
+    return out, added
