@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rag.stages.claims import (
@@ -118,3 +120,12 @@ def test_negation_cues() -> None:
     assert negated("Gift cards are not refundable") and negated("Gift cards can't be refunded")
     assert negated("non-refundable") and not negated("Gift cards are refundable")
     assert conflicts("The fee applies.", "The fee applies.") == ()
+
+
+def test_the_prompt_asks_for_a_marker_after_every_sentence_without_example_ids() -> None:
+    from rag.stages.prompt import build_prompt
+
+    user = build_prompt("How long is the refund window?", EVIDENCE).user
+    instructions = user[user.index("Instructions:") :]
+    assert "every sentence needs one, a Sources line alone is not enough" in instructions
+    assert not re.search(r"\[\d+\]", instructions), "a small model copies example ids"
