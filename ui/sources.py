@@ -166,7 +166,7 @@ def render_pdf_page(path: str, mtime: float, page: int, passage: str) -> tuple[b
         index = min(max(page, 1), len(pdf)) - 1
         pdf_page = pdf[index]
         textpage = pdf_page.get_textpage()
-        width, height = pdf_page.get_size()
+        _, height = pdf_page.get_size()
         image = pdf_page.render(scale=RENDER_SCALE).to_pil().convert("RGBA")
         overlay = Image.new("RGBA", image.size, (0, 0, 0, 0))
         draw = ImageDraw.Draw(overlay)
@@ -187,7 +187,6 @@ def render_pdf_page(path: str, mtime: float, page: int, passage: str) -> tuple[b
                     outline=OUTLINE,
                 )
                 boxes += 1
-        del width
         buffer = io.BytesIO()
         Image.alpha_composite(image, overlay).convert("RGB").save(buffer, format="PNG", optimize=True)
         return buffer.getvalue(), boxes
