@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 HAYSTACK="haystack-ai==2.31.0"
+# MarkdownToDocument's optional dependency (Haystack asks for `pip install markdown-it-py mdit_plain`): the
+# peer reads the dev suite's Markdown handbook with it in `benchmarks.peer --mode users`.
+MARKDOWN="mdit-plain==1.0.1"
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 if [ ! -x .venv-peer/bin/python ]; then
@@ -18,7 +21,7 @@ stamp=".venv-peer/.installed$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$0" -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".$extras" "$HAYSTACK"
+  python -m pip install -q -e ".$extras" "$HAYSTACK" "$MARKDOWN"
   touch "$stamp"
 fi
 echo "ready: .venv-peer/bin/python -m benchmarks.peer --help"
