@@ -206,10 +206,11 @@ def build(sources: dict[str, Path]) -> list[dict[str, Any]]:
             base = {"suite": suite, "qid": qid, "split": "test" if qid in test else "tune",
                     "passages": [" ".join(quotes), " ".join(distractor)] if distractor else [" ".join(quotes)]}
 
-            def add(kind: str, claim: str | None, source: str, label: bool) -> None:
+            def add(kind: str, claim: str | None, source: str, label: bool, base: dict[str, Any] = base) -> None:
                 if claim and len(claim.split()) >= 4:
-                    pairs.append({**base, "id": f"{suite}:{qid}:{len([p for p in pairs if p['qid'] == qid and p['suite'] == suite])}",
-                                  "kind": kind, "label": label, "claim": claim, "source": source})
+                    n = sum(p["qid"] == base["qid"] and p["suite"] == base["suite"] for p in pairs)
+                    pairs.append({**base, "id": f"{base['suite']}:{base['qid']}:{n}", "kind": kind, "label": label,
+                                  "claim": claim, "source": source})
 
             for i, quote in enumerate(quotes):
                 key = f"{suite}:{qid}:{i}"

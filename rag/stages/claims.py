@@ -37,7 +37,7 @@ VERDICTS: tuple[Verdict, ...] = ("supported", "unsupported", "contradicted", "un
 Cosine = Callable[[str, Sequence[str]], Sequence[float]]
 
 SUPPORT_THRESHOLD = 0.35  # the citation check's support threshold (passage-level score), kept
-MATCH_THRESHOLD = 0.3  # a sentence this similar to a claim is about the same thing: a conflict with it counts
+MATCH_THRESHOLD = 0.45  # a sentence this similar to a claim is about the same thing: a conflict with it counts (tune split)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ OPPOSITES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("every", "all", "any"), ("no", "none")),
     (("full-time", "full time"), ("part-time", "part time")),
     (("international", "abroad"), ("domestic", "within the country")),
-    (("required", "mandatory", "must"), ("optional", "voluntary")),
+    (("required", "mandatory"), ("optional", "voluntary")),
     (("paid",), ("unpaid",)),
     (("increase[sd]?",), ("decrease[sd]?", "reduce[sd]?")),
     (("higher",), ("lower",)),
@@ -223,10 +223,8 @@ def quantities(text: str) -> list[Quantity]:
             i += 1
         elif not unit and rest and rest[0] in _MONTHS:
             unit = rest[0]
-        if unit and i + 1 < len(rest) and rest[i] in _PER and _unit(rest[i + 1]) or (
-            unit and i + 1 < len(rest) and rest[i] in _PER and rest[i + 1] not in _PER
-        ):
-            unit = f"{unit}/{_unit(rest[i + 1]) or rest[i + 1].rstrip('s')}"
+        if unit and i + 1 < len(rest) and rest[i] in _PER and _unit(rest[i + 1]):
+            unit = f"{unit}/{_unit(rest[i + 1])}"
         out.append(Quantity(value, unit, " ".join([text[m.start() : m.end()].strip(), *rest[:i]])))
     return out
 
@@ -265,7 +263,7 @@ def entities(text: str) -> set[str]:
     for m in _ENTITY.finditer(text):
         name = m.group(0)
         first = name.split()[0]
-        opener = not re.search(r"\S", text[: m.start()]) or re.search(r"[.!?:;,(]\s*$", text[: m.start()])
+        opener = not re.search(r"\S", text[: m.start()]) or re.search(r"[.!?:;,]\s*$", text[: m.start()])
         if first in _COMMON_CAPS or (opener and not first.isupper()):
             name = " ".join(name.split()[1:])
         if not name or name in _COMMON_CAPS or name.lower() in _MONTHS:
@@ -281,8 +279,9 @@ def _same(a: Quantity, b: Quantity) -> bool:
 def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...]:
     """What in ``claim`` says otherwise than ``sentence`` (the evidence sentence that best matches it).
 
-    ``context`` is the rest of the evidence: a number the best sentence lacks but another passage sentence
-    states is a figure combined from two sentences, not a changed one."""
+    ``context`` is all the evidence text: a name the best sentence lacks but another passage mentions is not
+    invented. Numbers are compared with the best sentence only: "90 days" against "45 days" conflicts even
+    when "90 days" occurs elsewhere in the passage."""
     out: list[str] = []
     body = _ANSWER_PARTICLE.sub("", claim)
     main, exception = _main_and_exception(sentence)
@@ -300,7 +299,6 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
         )
     # Numbers and units.
     cq, sq = quantities(body), quantities(sentence)
-    ctx = quantities(context) if context else []
     for q in cq:
         if any(_same(q, s) for s in sq):
             continue
@@ -318,15 +316,18 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
     # Comparators and quantifiers.
     cl, sl = " ".join(_words(body)), " ".join(_words(sentence))
     for a, b in _OPPOSITE_RES:
-        for x, y in ((a, b), (b, a)):
-            cx, sy = x.search(cl), y.search(sl)
-            if cx and sy and not x.search(sl) and not y.search(cl):
-                out.append(f"condition: the claim says '{cx.group(0)}', the passage '{sy.group(0)}'")
+        # by counts: 'at most two days ... up to 3 days' against 'at least 2 days ... up to 3 days' swaps one
+        ca, cb, sa, sb = (len(r.findall(t)) for r, t in ((a, cl), (b, cl), (a, sl), (b, sl)))
+        if (ca > sa and cb < sb) or (cb > sb and ca < sa):
+            claim_re, passage_re = (a, b) if ca > sa else (b, a)
+            cx, sy = claim_re.search(cl), passage_re.search(sl)
+            out.append(f"condition: the claim says '{cx.group(0) if cx else ''}', the passage "
+                       f"'{sy.group(0) if sy else ''}'")
     # Swapped names and ids: the claim names one the sentence lacks, where the sentence names another.
     ce, se = entities(body), entities(sentence)
-    missing = [e for e in ce if e not in sentence and e not in context]  # names keep their capitals
-    other = [e for e in se if e not in body]
-    if missing and other:
+    missing = sorted(e for e in ce if e not in sentence and e not in context)  # names keep their capitals
+    other = sorted(e for e in se if e not in body) or sorted(se)
+    if missing and other:  # a name no passage mentions, in a sentence about named things
         out.append(f"entity: the claim names '{missing[0]}', the passage '{other[0]}'")
     return tuple(dict.fromkeys(out))
 
