@@ -88,7 +88,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from types import ModuleType
@@ -994,8 +994,7 @@ class UsersPeer:
         embedded = 0
         if cached.exists():
             vectors = np.load(cached)
-            for d, v in zip(docs, vectors, strict=True):
-                d.embedding = v.tolist()
+            docs = [replace(d, embedding=v.tolist()) for d, v in zip(docs, vectors, strict=True)]
         else:
             log(f"haystack: embedding {len(docs)} split documents (SentenceTransformersDocumentEmbedder)")
             embedder = SentenceTransformersDocumentEmbedder(model=str(model_dir), device=cpu, progress_bar=False)
