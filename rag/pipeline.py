@@ -549,7 +549,8 @@ class Pipeline:
             covered = [i for i in intents if i not in uncovered] or list(intents)
             links = {child: parent for child, parent, _ in chains}  # the budget keeps both ends of a hop's link
             selected, drops = apply_budget(
-                kept, covered, k=k, token_budget=token_budget, min_score=self.abstain_threshold, links=links
+                kept, covered, k=k, token_budget=token_budget, links=links,
+                min_score=self.abstain_threshold if self.settings.budget_score_floor else None,
             )
             dropped += drops
             d.update(selected=len(selected), k=k, token_budget=token_budget)
