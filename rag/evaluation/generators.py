@@ -157,10 +157,12 @@ def compile_curve(expr: str) -> Callable[[float], float]:
 
 # ------------------------------------------------------------------------------------------------ simulated
 class SimulatedGenerator:
-    """Answers correctly with probability ``curve(depth)`` of the gold passage (the lowest over several gold
-    passages: the hardest-placed one limits the answer), otherwise gives a wrong answer citing a distractor.
-    With the gold absent (the control) it abstains with probability ``abstain_rate``, else invents a wrong
-    answer. Draws are seeded by (seed, question, cell, repeat): a sweep is reproducible run for run."""
+    """Answers correctly with probability ``curve(depth)`` of the gold, otherwise gives a wrong answer citing a
+    distractor. Adjacent gold passages are read as one block at the block's depth (``Variant.block_depths``,
+    the scale the depth cells place it on), and with several separate blocks the hardest-placed one limits the
+    answer (the lowest). With the gold absent (the control) it abstains with probability ``abstain_rate``,
+    else invents a wrong answer. Draws are seeded by (seed, question, cell, repeat): a sweep is reproducible
+    run for run, and ``expected_accuracy`` is the true accuracy a sweep should recover for each variant."""
 
     name = "simulated"
 
@@ -176,8 +178,9 @@ class SimulatedGenerator:
     def model(self) -> str:
         return f"simulated({self.expr})"
 
-    def p_correct(self, variant: Variant) -> float:
-        depths = variant.gold_depths
+    def expected_accuracy(self, variant: Variant) -> float:
+        """The probability of a right answer to ``variant`` (0 on the control): what a sound grader scores."""
+        depths = variant.block_depths
         return min(self.curve(d) for d in depths) if depths else 0.0
 
     def generate(self, trial: Trial) -> Output:
@@ -189,7 +192,7 @@ class SimulatedGenerator:
         other_n = [i + 1 for i, p in enumerate(v.passages) if not p.gold]
         if not gold_n and u < self.abstain_rate:
             text = SIMULATED_ABSTENTION
-        elif gold_n and u < self.p_correct(v):
+        elif gold_n and u < self.expected_accuracy(v):
             text = _say(es, gold_answer(es), gold_n[0])
         else:
             text = _say(es, _wrong_answer(es, rng), other_n[0] if other_n else None)

@@ -211,9 +211,25 @@ class Variant:
         return tuple(i for i, p in enumerate(self.passages) if p.gold)
 
     @property
-    def gold_depths(self) -> tuple[float, ...]:
-        last = len(self.passages) - 1
-        return tuple(i / last if last > 0 else 0.0 for i in self.gold_positions)
+    def gold_blocks(self) -> tuple[tuple[int, int], ...]:
+        """Runs of adjacent gold passages as (0-based start, size), front to back."""
+        blocks: list[tuple[int, int]] = []
+        for i in self.gold_positions:
+            if blocks and sum(blocks[-1]) == i:
+                blocks[-1] = (blocks[-1][0], blocks[-1][1] + 1)
+            else:
+                blocks.append((i, 1))
+        return tuple(blocks)
+
+    @property
+    def block_depths(self) -> tuple[float, ...]:
+        """Each gold block's depth on the scale the depth cells place it (``depth_to_start``): start / (L - size).
+
+        A block flush with the front is at 0 and one flush with the back at 1, whatever its size; a single
+        passage at 0-based position i is at i / (L - 1). Measuring a pair at the front by its second passage
+        (1 / (L - 1)) would put the "depth 0%" cell of every two-source question inside the context."""
+        total = len(self.passages)
+        return tuple(start / (total - size) if total > size else 0.0 for start, size in self.gold_blocks)
 
     @property
     def position(self) -> int | None:
@@ -222,7 +238,9 @@ class Variant:
 
     @property
     def realised_depth(self) -> float | None:
-        return self.gold_depths[0] if self.gold_depths else None
+        """Depth of the first gold block (of the gold passage, for one-source questions)."""
+        depths = self.block_depths
+        return depths[0] if depths else None
 
 
 def place(
@@ -612,7 +630,7 @@ class Cell:
     kind: str
     length: str
     strategy: str
-    depth: float | None  # requested depth (depth cells) or mean realised depth of the first gold passage
+    depth: float | None  # requested depth (depth cells) or mean realised depth of the first gold block
     position: float | None  # mean 1-based position of the first gold passage
     n: int
     correct: int
@@ -634,6 +652,9 @@ class Cell:
     errors: int
     questions: int
     realised_depth: float | None
+    # The true accuracy of the cell when the generator knows it (the simulated model): the mean over its runs
+    # of the probability of a right answer at the placement each run realised. None for a real model.
+    expected: float | None = None
 
     @property
     def name(self) -> str:
@@ -673,6 +694,7 @@ class Cell:
             "errors": self.errors,
             "questions": self.questions,
             "realised_depth": r(self.realised_depth),
+            "expected": r(self.expected),
         }
 
 
@@ -844,8 +866,25 @@ def run_sweep(
                 f"{', ...' if len(short) > 5 else ''})"
             )
     outputs = _generate_all(generator, trials, config.workers, progress)
-    runs = [_grade(t, o, config) for t, o in zip(trials, outputs, strict=True)]
+    # A generator that knows its own accuracy per variant (the simulated model) gives every cell its true value.
+    expected_of: Callable[[Variant], float] | None = getattr(generator, "expected_accuracy", None)
+    runs = [
+        _grade(t, o, config, None if expected_of is None else expected_of(t.variant))
+        for t, o in zip(trials, outputs, strict=True)
+    ]
     cells = aggregate(runs, config)
+    missed = [c for c in cells if c.expected is not None and not c.ci_low <= c.expected <= c.ci_high]
+    if missed:
+        by_chance = len([c for c in cells if c.expected is not None]) * (1 - config.confidence)
+        warnings.append(
+            f"{len(missed)} cell(s) exclude the generator's expected accuracy from their "
+            f"{config.confidence:.0%} interval (about {by_chance:.1f} would by chance): "
+            + "; ".join(
+                f"{c.name} {100 * c.accuracy:.1f} [{100 * c.ci_low:.1f}-{100 * c.ci_high:.1f}] vs "
+                f"{100 * (c.expected or 0.0):.1f}"
+                for c in missed[:5]
+            )
+        )
     comparisons = compare_cells(runs, cells, config)
     for c in comparisons:
         if c.within_noise and c.diff != 0:
@@ -908,7 +947,7 @@ def _generate_all(
         return outs
 
 
-def _grade(t: Trial, o: Output, config: SweepConfig) -> dict[str, Any]:
+def _grade(t: Trial, o: Output, config: SweepConfig, expected: float | None = None) -> dict[str, Any]:
     es, v = t.es, t.variant
     text = o.text if o.error is None else ""
     if es.all_of:
@@ -953,6 +992,7 @@ def _grade(t: Trial, o: Output, config: SweepConfig) -> dict[str, Any]:
         "latency_ms": round(o.latency_ms, 3),
         "cost": cost,
         "error": o.error,
+        "expected": expected,
     }
 
 
@@ -991,6 +1031,7 @@ def aggregate(runs: Sequence[dict[str, Any]], config: SweepConfig) -> list[Cell]
         slo, shi = wilson_interval(ks, n, config.confidence)
         requested = rs[0]["depth"] if kind == "depth" else None
         cost_total = sum(r["cost"] for r in rs)
+        expected = [r["expected"] for r in rs if r.get("expected") is not None]
         cells.append(
             Cell(
                 label=label,
@@ -1019,6 +1060,7 @@ def aggregate(runs: Sequence[dict[str, Any]], config: SweepConfig) -> list[Cell]
                 errors=sum(1 for r in rs if r["error"]),
                 questions=len({r["qid"] for r in rs}),
                 realised_depth=_mean(depths) if depths else None,
+                expected=_mean(expected) if len(expected) == n else None,
             )
         )
     return cells
@@ -1087,6 +1129,7 @@ CELL_COLUMNS = [
     "questions",
     "realised_depth",
     "correct",
+    "expected",
 ]
 COMPARISON_COLUMNS = [
     "a",

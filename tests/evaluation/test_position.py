@@ -1,8 +1,9 @@
-"""Position sweeps: variants move only the gold, the sweep recovers a known curve within its intervals, and a
-20-run difference is flagged as noise."""
+"""Position sweeps: variants move only the gold, the sweep recovers a known curve within its intervals (one- and
+two-source questions, at a length where depths round), and a 20-run difference is flagged as noise."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from rag.errors import ConfigurationError
 from rag.evaluation.datasets import EvidenceSet, Passage, synthetic_sets
-from rag.evaluation.generators import compile_curve
+from rag.evaluation.generators import Output, SimulatedGenerator, Trial, compile_curve
 from rag.evaluation.plot import sweep_figure
 from rag.evaluation.position import (
     SweepConfig,
@@ -29,6 +30,7 @@ from rag.evaluation.position import (
     save_sweep,
     spacing_positions,
 )
+from rag.stages.packing import STRATEGIES
 
 CURVE = "0.60 + 0.35 * (2*d - 1)**2"
 
@@ -179,6 +181,7 @@ def test_sweep_recovers_the_known_curve_at_1000_runs_per_cell() -> None:
     for c in depth_cells:
         assert c.n == 1000
         assert c.realised_depth == pytest.approx(c.depth)
+        assert c.expected == pytest.approx(truth(c.depth))
         assert c.ci_low <= truth(c.depth) <= c.ci_high, (c.label, c.accuracy, truth(c.depth))
         assert c.ci_high - c.ci_low < 0.08  # 1000 runs: about +-3 points at 99%
         assert c.citation_accuracy == pytest.approx(
@@ -189,6 +192,107 @@ def test_sweep_recovers_the_known_curve_at_1000_runs_per_cell() -> None:
     assert result.cell("depth 0%").ci_low > mid.ci_high and result.cell("depth 100%").ci_low > mid.ci_high
     edge_vs_mid = next(c for c in result.comparisons if c.b.endswith("depth 50%"))
     assert not edge_vs_mid.within_noise and edge_vs_mid.n_pairs == 1000
+
+
+def true_accuracy(positions: tuple[int, ...], total: int, curve: str = CURVE) -> float:
+    """The simulated model's definition, written out: adjacent gold passages form one block, read at
+    start / (L - size) (0 flush with the front, 1 flush with the back); the hardest-placed block limits."""
+    f = compile_curve(curve)
+    blocks: list[list[int]] = []
+    for i in sorted(positions):
+        if blocks and blocks[-1][-1] == i - 1:
+            blocks[-1].append(i)
+        else:
+            blocks.append([i])
+    if not blocks:
+        return 0.0
+    return min(f(b[0] / (total - len(b)) if total > len(b) else 0.0) for b in blocks)
+
+
+def test_a_gold_block_is_at_the_depth_it_was_placed_at() -> None:
+    es = synthetic_sets(1, 30, seed=2, n_gold=2)[0]
+    by = {
+        v.label: v
+        for v in build_variants(es, "10", config(spacing=True, control=True, strategies=("best_first",)))
+    }
+    # A pair flush with the front is at 0% and one flush with the back at 100%, not at 1/9 and 8/9.
+    assert by["depth 0%"].block_depths == (0.0,) and by["depth 100%"].block_depths == (1.0,)
+    assert by["depth 50%"].gold_positions == (4, 5) and by["depth 50%"].block_depths == (0.5,)
+    assert by["split"].gold_blocks == ((0, 1), (9, 1)) and by["split"].block_depths == (0.0, 1.0)
+    assert by["separated"].block_depths == (3 / 9, 6 / 9)
+    assert by["best_first"].gold_positions == (0, 1) and by["best_first"].realised_depth == 0.0
+    gen = SimulatedGenerator(CURVE)
+    assert gen.expected_accuracy(by["depth 0%"]) == pytest.approx(0.95)
+    assert gen.expected_accuracy(by["split"]) == pytest.approx(0.95)
+    assert gen.expected_accuracy(by["separated"]) == pytest.approx(0.6 + 0.35 / 9)  # the deeper-in of the two
+    assert gen.expected_accuracy(by["control"]) == 0.0
+    one = synthetic_sets(1, 30, seed=2)[0]
+    assert [v.block_depths for v in build_variants(one, "10", config())] == [
+        (0.0,),
+        (2 / 9,),  # 25% of 9 gaps is 2.25: the passage sits at position 3, 22% deep
+        (5 / 9,),
+        (7 / 9,),
+        (1.0,),
+    ]
+
+
+def test_sweep_recovers_the_true_value_of_every_cell_with_one_and_two_source_questions() -> None:
+    # Half the questions have two gold passages (like 7 of the sample corpus's 25), at 10 passages, where a
+    # requested depth rounds to a slot (25% of one passage's 9 gaps -> slot 2, 22% deep). Every cell's 95%
+    # interval must hold its true accuracy: the curve at the depth each run's gold block realised, averaged
+    # over the cell's runs (the curve itself at 0% and 100%), and the sweep's own 'expected' must agree.
+    L = 10
+    sets = synthetic_sets(10, 30, seed=21) + synthetic_sets(10, 30, seed=22, n_gold=2, prefix="pair")
+    cfg = config(lengths=(str(L),), repeats=100, seed=3, strategies=STRATEGIES, spacing=True, control=True)
+    result = run_sweep(cfg, sets=sets)
+    truth = compile_curve(CURVE)
+    by_cell: dict[str, list[float]] = {}
+    for r in result.runs:
+        by_cell.setdefault(r["label"], []).append(true_accuracy(tuple(p - 1 for p in r["gold_positions"]), L))
+    assert len(result.cells) == 5 + 4 + 3 + 1
+    for c in result.cells:
+        expected = sum(by_cell[c.label]) / len(by_cell[c.label])
+        if c.kind == "depth":
+            assert c.n == 2000
+            # The placement rule, from the requested depth alone: block start round-half-up(d * (L - g)).
+            starts = [(math.floor(c.depth * (L - len(es.gold)) + 0.5), len(es.gold)) for es in sets]
+            assert expected == pytest.approx(sum(truth(s / (L - g)) for s, g in starts) / len(starts))
+            assert c.realised_depth == pytest.approx(sum(s / (L - g) for s, g in starts) / len(starts))
+            if c.depth in (0.0, 1.0):
+                assert expected == pytest.approx(truth(c.depth))  # the edges are exactly the curve's
+        assert c.ci_low <= expected <= c.ci_high, (c.label, c.accuracy, (c.ci_low, c.ci_high), expected)
+        assert c.expected == pytest.approx(expected), c.label
+    assert result.cell("control").expected == 0.0
+    assert result.cell("separated").expected == pytest.approx(0.6 + 0.35 / 9)
+    assert not any("expected accuracy" in w for w in result.warnings)
+
+
+class _Overclaiming:
+    """The simulated model, claiming 20 points more than it delivers: the sweep must notice."""
+
+    name = "simulated"
+    model = "overclaiming"
+
+    def __init__(self) -> None:
+        self.inner = SimulatedGenerator(CURVE, seed=1)
+
+    def expected_accuracy(self, variant: object) -> float:
+        return min(1.0, self.inner.expected_accuracy(variant) + 0.2)  # type: ignore[arg-type]
+
+    def generate(self, trial: Trial) -> Output:
+        return self.inner.generate(trial)
+
+
+def test_a_cell_whose_interval_misses_its_expected_accuracy_is_reported() -> None:
+    sets = synthetic_sets(10, 30, seed=23)
+    result = run_sweep(config(repeats=20, depths=(0.25, 0.5)), sets=sets, generator=_Overclaiming())
+    assert all(c.expected is not None and c.expected > c.ci_high for c in result.cells)
+    warning = next(w for w in result.warnings if "expected accuracy" in w)
+    assert warning.startswith("2 cell(s) exclude") and "L=10 depth 50%" in warning
+    assert all(
+        c.expected is None
+        for c in run_sweep(config(generator="extractive", scorer="lexical"), sets=sets[:2]).cells
+    )
 
 
 def test_twenty_runs_of_a_real_difference_are_flagged_as_noise() -> None:
