@@ -127,6 +127,22 @@ def answer_html(trace: dict[str, Any]) -> str:
     return '<div class="rag-answer">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
 
 
+def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Claims of the answer that the claim check did not find supported (contradicted, unsupported, uncited)."""
+    return [c for c in trace.get("claims") or [] if c.get("verdict") != "supported"]
+
+
+def citations_checked(trace: dict[str, Any]) -> bool:
+    """The one condition for the green "Citations checked" badge: every citation valid, every claim of the answer
+    supported by the evidence (rag/stages/claims.py), and every part of the question addressed."""
+    return bool(
+        trace.get("citations")
+        and not failed_citations(trace)
+        and trace.get("verified")
+        and (trace.get("answer_check") or {}).get("complete", True)
+    )
+
+
 def badges_html(trace: dict[str, Any]) -> str:
     out = []
     if trace.get("abstained"):
@@ -137,8 +153,10 @@ def badges_html(trace: dict[str, Any]) -> str:
         out.append(
             f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
         )
-    elif trace.get("citations") and trace.get("verified"):
+    elif citations_checked(trace):
         out.append('<span class="rag-badge ok">Citations checked</span>')
+    elif unchecked_claims(trace):
+        out.append(f'<span class="rag-badge fail">{len(unchecked_claims(trace))} claim(s) not supported by the evidence</span>')
     return "".join(out)
 
 

@@ -287,3 +287,20 @@ def test_hops_list_every_follow_up_and_what_it_linked() -> None:
     assert "already in the evidence" in frame["linked"][0] and frame["linked"][1] == ""
     assert components.hop_stops(t) == ["Hop 1: nothing new: no follow-up passage beat the evidence it would displace"]
     assert components.hops_frame(trace()).empty
+
+
+def test_citations_checked_only_when_every_claim_is_supported() -> None:
+    """Valid citations are not enough: a contradicted claim (issue 20's gift-card answer) never shows as checked."""
+    ok_cite = [{"n": 1, "chunk_id": "c1", "valid": True, "supported": True, "sentence": "s", "support_score": 1}]
+    supported = [{"text": "Gift cards are not refundable [1].", "verdict": "supported"}]
+    contradicted = [{"text": "Yes, we can refund the gift card.", "verdict": "contradicted"}]
+    good = {"answer": "Gift cards are not refundable [1].", "citations": ok_cite, "claims": supported,
+            "verified": True, "answer_check": {"complete": True}, "evidence": []}
+    assert components.citations_checked(good) and "Citations checked" in components.badges_html(good)
+    bad = {**good, "claims": contradicted, "verified": False}
+    assert not components.citations_checked(bad)
+    assert "Citations checked" not in components.badges_html(bad)
+    assert "1 claim(s) not supported by the evidence" in components.badges_html(bad)
+    partial = {**good, "answer_check": {"complete": False}}
+    assert not components.citations_checked(partial)
+    assert not components.citations_checked({**good, "verified": None})  # an old trace without a claim check
