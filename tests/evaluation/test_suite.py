@@ -148,3 +148,32 @@ def test_corpora_for_opens_only_what_the_chosen_suites_need() -> None:
         "sample", "dev", "gitlab", "hotpotqa"]
     assert suite_mod.corpora_for(["unanswerable"]) == ["sample", "dev", "gitlab", "hotpotqa", "scifact"]
     assert "scifact" in suite_mod.corpora_for(list(suite_mod.SUITES))
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_scifact_suite_scores_the_test_half_on_a_small_corpus(tmp_path: Path) -> None:
+    """The SciFact path end to end (BEIR loader, ingestion, the query path's ranking, bootstrap intervals) on the
+    relevant abstracts of eight test-half queries plus 40 others."""
+    if not (SHARED / "data/scifact/corpus.jsonl").is_file():
+        pytest.skip(f"../shared is absent ({SHARED}): SciFact's corpus and qrels come from there")
+    from ingest.indexer import ingest
+    from rag.config import load_settings
+
+    paths = suite_mod.Paths(SHARED, tmp_path)
+    queries = suite_mod.scifact_queries(paths, "test")[:8]
+    assert queries and all(q.qid in split_ids("scifact", "test") for q in queries)
+    relevant = {d for q in queries for d in q.relevance}
+    docs: list[str] = []
+    for line in (SHARED / "data/scifact/corpus.jsonl").read_text().splitlines():
+        if json.loads(line)["_id"] in relevant or len(docs) < 40:
+            docs.append(line)
+    (tmp_path / "corpus.jsonl").write_text("\n".join(docs) + "\n")
+    assert ingest([str(tmp_path / "corpus.jsonl")], load_settings(data_dir=tmp_path / "idx")).ok
+    out = suite_mod.run_scifact(tmp_path / "idx", queries)
+    assert out["queries"] == 8
+    for metric in ("ndcg@10", "recall@100"):
+        lo, hi = out[metric]["ci95"]
+        assert 0 <= lo <= out[metric]["mean"] <= hi <= 1
+    assert out["recall@100"]["mean"] == 1.0  # every relevant abstract is among the 48 documents ranked
+    assert out["ndcg@10"]["mean"] > 0.5  # the relevant abstracts are findable: a floor, not a fixed figure
