@@ -127,6 +127,21 @@ def answer_html(trace: dict[str, Any]) -> str:
     return '<div class="rag-answer">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
 
 
+def show_failed_citations(trace: dict[str, Any]) -> None:
+    """One error line naming every citation that failed the check and the sentence it was meant to support."""
+    failed = failed_citations(trace)
+    if failed:
+        st.error(
+            f"{CITATIONS_FAILED}: "
+            + "; ".join(
+                f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
+                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
+                for c in failed
+            ),
+            icon=":material/report:",
+        )
+
+
 def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """Claims of the answer that the claim check did not find supported (contradicted, unsupported, uncited)."""
     return [c for c in trace.get("claims") or [] if c.get("verdict") != "supported"]
@@ -170,17 +185,7 @@ def render_answer(trace: dict[str, Any], *, key: str) -> None:
             f"Abstained: {trace.get('abstain_reason') or 'the evidence does not answer the question.'}",
             icon=":material/help:",
         )
-    failed = failed_citations(trace)
-    if failed:
-        st.error(
-            f"{CITATIONS_FAILED}: "
-            + "; ".join(
-                f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
-                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
-                for c in failed
-            ),
-            icon=":material/report:",
-        )
+    show_failed_citations(trace)
     if trace.get("error"):
         st.warning(
             f"The language model failed, so the answer quotes the evidence instead: {trace['error']}",

@@ -108,17 +108,7 @@ def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> N
     st.html(components.CSS + CHAT_CSS + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace))
     if trace.get("abstained"):
         st.info(_plain_refusal(trace, _contact(trace, principal)), icon=":material/contact_support:")
-    failed = components.failed_citations(trace)
-    if failed:
-        st.error(
-            f"{components.CITATIONS_FAILED}: "
-            + "; ".join(
-                f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
-                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
-                for c in failed
-            ),
-            icon=":material/report:",
-        )
+    components.show_failed_citations(trace)
     if trace.get("error"):
         st.warning(
             f"The language model failed, so this answer quotes the policies directly: {trace['error']}",
