@@ -55,7 +55,9 @@ def run(paths: list[str], data_dir: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("paths", nargs="*")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="Ingest into this directory and keep it.")
@@ -76,8 +78,18 @@ def main() -> None:
     table = Table(title=f"Ingestion ({', '.join(paths)})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("files", "pages", "chunks", "cold_s", "pages_per_s", "chunks_per_s", "embedding_share",
-                "reingest_unchanged_s", "reingest_embedded", "reingest_speedup"):
+    for key in (
+        "files",
+        "pages",
+        "chunks",
+        "cold_s",
+        "pages_per_s",
+        "chunks_per_s",
+        "embedding_share",
+        "reingest_unchanged_s",
+        "reingest_embedded",
+        "reingest_speedup",
+    ):
         table.add_row(key, str(result[key]))
     Console().print(table)
     print("stage seconds:", result["timings_s"])

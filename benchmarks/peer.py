@@ -99,7 +99,12 @@ import numpy as np
 from rag.config import library_defaults
 
 library_defaults(  # read by Haystack and the Hugging Face libraries at import; Haystack would otherwise phone home
-    {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False", "TQDM_DISABLE": "1"}
+    {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HAYSTACK_TELEMETRY_ENABLED": "False",
+        "TQDM_DISABLE": "1",
+    }
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -744,8 +749,13 @@ def time_cross_encoders(
 # The peer as its users run it (--mode users): Haystack's own converters, cleaner and splitter, per policy suite
 # ---------------------------------------------------------------------------------------------------------
 
-SUITE_CACHE = Path("/work/cache/suite")  # where `rag eval suite` keeps each suite's index (reused when present)
-SPLIT_WORDS, SPLIT_OVERLAP = 200, 20  # DocumentSplitter(split_by="word", ...), as the issue and Haystack's docs
+SUITE_CACHE = Path(
+    "/work/cache/suite"
+)  # where `rag eval suite` keeps each suite's index (reused when present)
+SPLIT_WORDS, SPLIT_OVERLAP = (
+    200,
+    20,
+)  # DocumentSplitter(split_by="word", ...), as the issue and Haystack's docs
 PEER_TOP_K = 6  # the peer's default evidence: the joiner's top 6
 
 
@@ -804,21 +814,25 @@ def suite_question(d: dict[str, Any]) -> SuiteQuestion:
 
 
 def select_split(
-    questions: Sequence[SuiteQuestion], suite: str, split: str, ids: Callable[[str, str], frozenset[str]] | None = None
+    questions: Sequence[SuiteQuestion],
+    suite: str,
+    split: str,
+    ids: Callable[[str, str], frozenset[str]] | None = None,
 ) -> list[SuiteQuestion]:
     """The questions of ``suite`` in ``split`` (tune, test or all), by the fixed split on disk
     (``rag.evaluation.splits.split_ids``), in file order. A question the split does not know is an error: the
     split file is stale."""
-    if ids is None:
-        from rag.evaluation.splits import split_ids as ids
-    known = ids(suite, "all")
+    from rag.evaluation.splits import split_ids
+
+    lookup = ids or split_ids
+    known = lookup(suite, "all")
     unknown = [q.qid for q in questions if q.qid not in known]
     if unknown:
         raise SystemExit(
             f"{suite}: questions {', '.join(unknown[:5])} have no tune/test split; rebuild the splits with "
             "`python -m rag.evaluation.splits --write` (and commit them)."
         )
-    chosen = ids(suite, split)
+    chosen = lookup(suite, split)
     return [q for q in questions if q.qid in chosen]
 
 
@@ -900,7 +914,12 @@ def side_metrics(rows: Sequence[dict[str, Any]], sizes: Sequence[tuple[int, int,
     arr = np.asarray(sizes, dtype=float).reshape(-1, 3)
     mean = arr.mean(axis=0) if len(arr) else np.zeros(3)
     return {
-        "all_gold": {"k": k, "n": n, "rate": round(k / n, 4) if n else None, "wilson95": [round(low, 4), round(high, 4)]},
+        "all_gold": {
+            "k": k,
+            "n": n,
+            "rate": round(k / n, 4) if n else None,
+            "wilson95": [round(low, 4), round(high, 4)],
+        },
         "quotes_covered": {"k": sum(r["quotes"] for r in rows), "n": sum(r["of"] for r in rows)},
         "best_gold_at_edge": {"k": sum(bool(r["edge"]) for r in rows), "n": n},
         "evidence_passages_mean": round(float(mean[0]), 2),
@@ -935,7 +954,9 @@ class UsersPeer:
 
     name = "haystack"
 
-    def __init__(self, files: Sequence[Path], *, model_dir: Path, cache_dir: Path, top_n: int, log: Log = print) -> None:
+    def __init__(
+        self, files: Sequence[Path], *, model_dir: Path, cache_dir: Path, top_n: int, log: Log = print
+    ) -> None:
         from haystack import Pipeline
         from haystack.components.converters import PyPDFToDocument, TextFileToDocument
         from haystack.components.embedders import (
@@ -997,7 +1018,9 @@ class UsersPeer:
             docs = [replace(d, embedding=v.tolist()) for d, v in zip(docs, vectors, strict=True)]
         else:
             log(f"haystack: embedding {len(docs)} split documents (SentenceTransformersDocumentEmbedder)")
-            embedder = SentenceTransformersDocumentEmbedder(model=str(model_dir), device=cpu, progress_bar=False)
+            embedder = SentenceTransformersDocumentEmbedder(
+                model=str(model_dir), device=cpu, progress_bar=False
+            )
             embedder.warm_up()
             docs = embedder.run(documents=docs)["documents"]
             embedded = len(docs)
@@ -1018,7 +1041,8 @@ class UsersPeer:
 
         pipe = Pipeline()
         pipe.add_component(
-            "text_embedder", SentenceTransformersTextEmbedder(model=str(model_dir), device=cpu, progress_bar=False)
+            "text_embedder",
+            SentenceTransformersTextEmbedder(model=str(model_dir), device=cpu, progress_bar=False),
         )
         pipe.add_component("bm25", InMemoryBM25Retriever(self.store, top_k=top_n))
         pipe.add_component("dense", InMemoryEmbeddingRetriever(self.store, top_k=top_n))
@@ -1047,7 +1071,12 @@ def ours_data_dir(suite: str, work_dir: Path, cache_root: Path = SUITE_CACHE) ->
 
 
 def users_side_by_side(
-    ours: Ours, peer: UsersPeer, questions: Sequence[SuiteQuestion], *, peer_threads: Sequence[int | None], log: Log
+    ours: Ours,
+    peer: UsersPeer,
+    questions: Sequence[SuiteQuestion],
+    *,
+    peer_threads: Sequence[int | None],
+    log: Log,
 ) -> tuple[list[Answer], list[Answer], dict[str, list[float]]]:
     """Each question through ours (as its asker, on its date) and the peer (once per thread setting), who goes
     first rotating per question; the peer's answers are the same whatever its threads (the first setting's kept)."""
@@ -1133,7 +1162,7 @@ def run_users_suite(
         ours_rows.append(grade_evidence(q.quotes, texts, [e.get("bundle") for e in ev], grader.covered))
         ours_sizes.append(_sizes(texts))
     ours_tokens = float(np.mean([t for _, _, t in ours_sizes])) if ours_sizes else 0.0
-    configs = {
+    configs: dict[str, dict[str, Any]] = {
         "haystack_top6": {"cut": f"the joiner's top {PEER_TOP_K}", "budget_tokens": None},
         "haystack_budget": {
             "cut": "fused order until our settings' evidence_token_budget",
@@ -1189,7 +1218,9 @@ def run_users_suite(
             "haystack_setting": best,
             "haystack_all_settings": {label: table[label] for label in peers},
             "ratio_ours_over_theirs": {p: ratio(table["ours"][p], table[best][p]) for p in ("p50", "p95")},
-            "ratio_through_evidence_over_theirs": {p: ratio(through[p], table[best][p]) for p in ("p50", "p95")},
+            "ratio_through_evidence_over_theirs": {
+                p: ratio(through[p], table[best][p]) for p in ("p50", "p95")
+            },
         },
         "per_question": per_question,
     }
@@ -1286,8 +1317,12 @@ def users_table(result: dict[str, Any]) -> str:
         f"split {result['split']}, {result['machine']['cpus']} CPUs, load {result['load_average_at_start'][0]} -> "
         f"{result['load_average_at_end'][0]}"
     ]
-    cols = [("ours", "ours"), ("haystack_top6", "hs top 6"), ("haystack_budget", "hs @budget"),
-            ("haystack_ours_mean", "hs @ours' mean")]
+    cols = [
+        ("ours", "ours"),
+        ("haystack_top6", "hs top 6"),
+        ("haystack_budget", "hs @budget"),
+        ("haystack_ours_mean", "hs @ours' mean"),
+    ]
     for name, r in result["suites"].items():
         sy, lat = r["systems"], r["latency_ms"]
         ex = ", ".join(f"{k} {len(v)}" for k, v in r["excluded"].items() if v) or "none"
@@ -1309,12 +1344,21 @@ def users_table(result: dict[str, Any]) -> str:
             )
         )
         for key, title in (("quotes_covered", "quotes covered"), ("best_gold_at_edge", "best gold at edge")):
-            lines.append(f"{title:<26}" + "".join(f"{str(sy[k][key]['k']) + '/' + str(sy[k][key]['n']):>28}" for k, _ in cols))
+            lines.append(
+                f"{title:<26}"
+                + "".join(f"{str(sy[k][key]['k']) + '/' + str(sy[k][key]['n']):>28}" for k, _ in cols)
+            )
         lines.append(
             f"{'evidence words / tokens':<26}"
-            + "".join(f"{sy[k]['evidence_words_mean']:>18.0f} / {sy[k]['evidence_tokens_mean']:>5.0f}" for k, _ in cols)
+            + "".join(
+                f"{sy[k]['evidence_words_mean']:>18.0f} / {sy[k]['evidence_tokens_mean']:>5.0f}"
+                for k, _ in cols
+            )
         )
-        lines.append(f"{'passages per answer':<26}" + "".join(f"{sy[k]['evidence_passages_mean']:>24.1f}" for k, _ in cols))
+        lines.append(
+            f"{'passages per answer':<26}"
+            + "".join(f"{sy[k]['evidence_passages_mean']:>24.1f}" for k, _ in cols)
+        )
         o, h, rt = lat["ours"], lat["haystack"], lat["ratio_ours_over_theirs"]
         te, rte = lat["ours_through_evidence"], lat["ratio_through_evidence_over_theirs"]
         lines.append(
@@ -1323,7 +1367,9 @@ def users_table(result: dict[str, Any]) -> str:
         )
         lines.append(
             f"  ours up to its evidence {te['p50']:.1f} / {te['p95']:.1f} ms ({rte['p50']} / {rte['p95']}); "
-            + ", ".join(f"{k} {v['p50']:.1f} / {v['p95']:.1f}" for k, v in lat["haystack_all_settings"].items())
+            + ", ".join(
+                f"{k} {v['p50']:.1f} / {v['p95']:.1f}" for k, v in lat["haystack_all_settings"].items()
+            )
         )
     lines.append(f"\n{result['seconds']:.0f} s in all")
     return "\n".join(lines)
@@ -1499,8 +1545,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="'chunks': the peer is fed our chunks (SciFact + dev); 'users': the peer as its users run it, on "
         "every policy suite (its converters, cleaner, 200-word splitter).",
     )
-    parser.add_argument("--suites", nargs="+", default=["dev", "gitlab", "sample"], help="--mode users: suites.")
-    parser.add_argument("--split", choices=("tune", "test", "all"), default="test", help="--mode users: split.")
+    parser.add_argument(
+        "--suites", nargs="+", default=["dev", "gitlab", "sample"], help="--mode users: suites."
+    )
+    parser.add_argument(
+        "--split", choices=("tune", "test", "all"), default="test", help="--mode users: split."
+    )
     parser.add_argument(
         "--suite-cache",
         type=Path,

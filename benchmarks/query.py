@@ -68,7 +68,9 @@ def run(data_dir: Path, questions: list[dict[str, Any]], repeats: int) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--questions", type=Path, default=SAMPLE / "questions.jsonl")
     parser.add_argument("--repeats", type=int, default=3)
@@ -93,8 +95,10 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Query path, {result['queries']} queries over {result['index_chunks']} chunks "
-                        f"(reranker {result['reranker']})")
+    table = Table(
+        title=f"Query path, {result['queries']} queries over {result['index_chunks']} chunks "
+        f"(reranker {result['reranker']})"
+    )
     for col in ("stage", "p50 ms", "p95 ms"):
         table.add_column(col, justify="right" if col != "stage" else "left")
     for name, p in result["stages_ms"].items():

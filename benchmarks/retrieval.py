@@ -148,7 +148,9 @@ def run(
         lexical = reader.search_lexical(bm25_tokens(q.text), filt, leg_n)
         bm25_ms = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        vector = pipeline.embedder.embed_queries([q.text])[0]  # not Pipeline.query_vector: that would cache it
+        vector = pipeline.embedder.embed_queries([q.text])[
+            0
+        ]  # not Pipeline.query_vector: that would cache it
         dense = reader.search_dense(vector, filt, leg_n)
         dense_ms = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
@@ -157,7 +159,9 @@ def run(
         hybrid_ms = bm25_ms + dense_ms + (time.perf_counter() - t) * 1000
 
         result = pipeline.ask(Question(q.text, principal), options)
-        pipeline_ms = sum(s.ms for s in result.stages if s.name in RANKING_STAGES or s.name.startswith("hop_"))
+        pipeline_ms = sum(
+            s.ms for s in result.stages if s.name in RANKING_STAGES or s.name.startswith("hop_")
+        )
 
         rankings = {
             "bm25": first_occurrences(chunks[cid].doc_id for cid, _ in lexical if cid in chunks),
@@ -188,10 +192,13 @@ def run(
         idx = [i for i, q in enumerate(queries) if heldout(q.qid) == keep]
         split[label] = {"queries": len(idx)}
         for s in (*SYSTEMS, "pipeline_without_reranker"):
-            split[label][s] = {m: round(statistics.fmean(scores[s][i][m] for i in idx), 4) if idx else 0.0
-                               for m in METRICS}
-    fused_40 = {m: round(statistics.fmean(r[m] for r in scores["pipeline_without_reranker"]), 4)
-                if queries else 0.0 for m in METRICS}
+            split[label][s] = {
+                m: round(statistics.fmean(scores[s][i][m] for i in idx), 4) if idx else 0.0 for m in METRICS
+            }
+    fused_40 = {
+        m: round(statistics.fmean(r[m] for r in scores["pipeline_without_reranker"]), 4) if queries else 0.0
+        for m in METRICS
+    }
     pipeline.reader.close()
     extra = {"per_query": scores} if per_query else {}
     return {
@@ -212,13 +219,21 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--corpus", type=Path, required=True, help="BEIR corpus.jsonl")
     parser.add_argument("--queries", type=Path, required=True, help="BEIR queries.jsonl")
-    parser.add_argument("--qrels", type=Path, required=True, help="BEIR qrels TSV (query-id, corpus-id, score)")
-    parser.add_argument("--data-dir", type=Path, help="Ingest into (or reuse) this directory; default: a temporary one.")
+    parser.add_argument(
+        "--qrels", type=Path, required=True, help="BEIR qrels TSV (query-id, corpus-id, score)"
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, help="Ingest into (or reuse) this directory; default: a temporary one."
+    )
     parser.add_argument("--limit", type=int, help="Only the first N judged queries.")
-    parser.add_argument("--depth", type=int, default=100, help="Documents each leg must be able to rank (recall@100).")
+    parser.add_argument(
+        "--depth", type=int, default=100, help="Documents each leg must be able to rank (recall@100)."
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args(argv)
     from rag.config import library_defaults
@@ -255,8 +270,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{result['queries']} queries, {result['index']['documents']} documents "
-                        f"({result['index']['chunks']} chunks), reranker {result['settings']['reranker']}")
+    table = Table(
+        title=f"{result['queries']} queries, {result['index']['documents']} documents "
+        f"({result['index']['chunks']} chunks), reranker {result['settings']['reranker']}"
+    )
     for col in ("system", *METRICS, "ms/query"):
         table.add_column(col, justify="left" if col == "system" else "right")
     for name, row in result["systems"].items():
@@ -267,8 +284,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     split = result["reranker_training_split"]
     for label in ("trained_on", "held_out"):
         row = split[label]
-        print(f"{label} ({row['queries']} queries): nDCG@10 " +
-              ", ".join(f"{s} {row[s]['ndcg@10']:.4f}" for s in (*SYSTEMS, "pipeline_without_reranker")))
+        print(
+            f"{label} ({row['queries']} queries): nDCG@10 "
+            + ", ".join(f"{s} {row[s]['ndcg@10']:.4f}" for s in (*SYSTEMS, "pipeline_without_reranker"))
+        )
 
 
 if __name__ == "__main__":

@@ -217,7 +217,11 @@ def seed_vectors(base: Path, data_dir: Path, corpus: Path, *, seed: int = 0) -> 
             cache.put_many(pairs[start : start + 5000])
     finally:
         cache.close()
-    return {"synthetic_chunks": len(chunks), "vectors_added": len(items), "sentences_without_real_vector": missing_units}
+    return {
+        "synthetic_chunks": len(chunks),
+        "vectors_added": len(items),
+        "sentences_without_real_vector": missing_units,
+    }
 
 
 def measure_ingest(paths: Sequence[str], data_dir: Path) -> dict[str, Any]:
@@ -238,7 +242,13 @@ def measure_ingest(paths: Sequence[str], data_dir: Path) -> dict[str, Any]:
 
 
 def build(
-    base: Path, size: int, work: Path, *, step: int = STEP_CHUNKS, deadline: float | None = None, child: bool = True
+    base: Path,
+    size: int,
+    work: Path,
+    *,
+    step: int = STEP_CHUNKS,
+    deadline: float | None = None,
+    child: bool = True,
 ) -> dict[str, Any]:
     """The index of ``size`` chunks under ``work/<size>``, reused when built and resumed when a step is left.
 
@@ -260,8 +270,14 @@ def build(
         t = time.perf_counter()
         plan = plan_corpus(base, size, corpus, step=step)
         seeded = seed_vectors(base, data_dir, corpus)
-        progress = {"size": size, **plan, **seeded, "prep_s": round(time.perf_counter() - t, 1), "step": step,
-                    "steps": []}
+        progress = {
+            "size": size,
+            **plan,
+            **seeded,
+            "prep_s": round(time.perf_counter() - t, 1),
+            "step": step,
+            "steps": [],
+        }
         progress_file.write_text(json.dumps(progress, indent=1))
     names = list(progress["files"])  # real.jsonl, then synthetic-000.jsonl ...: the first step takes both
     groups = [names[:2], *([n] for n in names[2:])]
@@ -308,7 +324,13 @@ def _e2e(result: Any) -> float:
 
 
 def measure_query(
-    data_dir: Path, questions: Sequence[str], *, n_sequential: int, n_concurrent: int, clients: int, legs: int = 10
+    data_dir: Path,
+    questions: Sequence[str],
+    *,
+    n_sequential: int,
+    n_concurrent: int,
+    clients: int,
+    legs: int = 10,
 ) -> dict[str, Any]:
     """In this process: open the pipeline, time ``n_sequential`` questions stage by stage, then ``n_concurrent``
     further questions from ``clients`` threads sharing the pipeline; also each retrieval leg alone."""
@@ -397,7 +419,11 @@ def measure_query(
             "qps": round(len(conc_e2e) / concurrent_s, 2),
             "end_to_end_ms_without_generator": percentiles(conc_e2e) if conc_e2e else {},
         },
-        "rss_mb": {"start": round(rss_start, 1), "after_open": round(rss_open, 1), "peak": round(_peak_rss_mb(), 1)},
+        "rss_mb": {
+            "start": round(rss_start, 1),
+            "after_open": round(rss_open, 1),
+            "peak": round(_peak_rss_mb(), 1),
+        },
         "torch_threads": _torch_threads(),
     }
 
@@ -462,7 +488,9 @@ def measure_floor(
     from rag.pipeline import PipelineOptions, Question
     from rag.types import Principal
 
-    overrides = {"reranker": "cross-encoder", "reranker_path": str(rerank_with)} if rerank_with is not None else {}
+    overrides = (
+        {"reranker": "cross-encoder", "reranker_path": str(rerank_with)} if rerank_with is not None else {}
+    )
     pipeline = build_pipeline(_settings(data_dir, **overrides))
     embedder, reranker = pipeline.embedder, pipeline.reranker
     timed_embedder = _Timed(embedder, ("embed_queries", "embed_passages"))
@@ -477,9 +505,13 @@ def measure_floor(
         for timed in (timed_embedder, timed_reranker):
             timed.ms, timed.calls, timed.log = 0.0, 0, []
         result = pipeline.ask(Question(q, principal), options)
-        inside = {"embed_ms": timed_embedder.ms, "embed_calls": timed_embedder.calls,
-                  "rerank_ms": timed_reranker.ms, "rerank_calls": timed_reranker.calls,
-                  "pairs": sum(len(args[1]) for _, args, _ in timed_reranker.log)}
+        inside = {
+            "embed_ms": timed_embedder.ms,
+            "embed_calls": timed_embedder.calls,
+            "rerank_ms": timed_reranker.ms,
+            "rerank_calls": timed_reranker.calls,
+            "pairs": sum(len(args[1]) for _, args, _ in timed_reranker.log),
+        }
         cands = [c for c in result.candidates if c.hop == 0]  # what the rerank stage scored (hops add more)
         cands_of[q] = cands
         embed, rerank, every = [], [], []
@@ -491,14 +523,16 @@ def measure_floor(
             reranker.rerank(q, cands)
             rerank.append((time.perf_counter() - t) * 1000)
             every.append(_replay(embedder, timed_embedder.log) + _replay(reranker, timed_reranker.log))
-        rows.append({
-            "e2e": _e2e(result),
-            "embed": statistics.median(embed),
-            "rerank": statistics.median(rerank),
-            "every": statistics.median(every),
-            "candidates": len(cands),
-            **inside,
-        })
+        rows.append(
+            {
+                "e2e": _e2e(result),
+                "embed": statistics.median(embed),
+                "rerank": statistics.median(rerank),
+                "every": statistics.median(every),
+                "candidates": len(cands),
+                **inside,
+            }
+        )
     e2e = statistics.median(r["e2e"] for r in rows)
     floor = statistics.median(r["embed"] + r["rerank"] for r in rows)
     floor_all = statistics.median(r["every"] for r in rows)
@@ -613,69 +647,112 @@ def report(work: Path) -> str:
     queries = data.get("query", {})
     sizes = sorted({int(k) for k in (*builds, *queries)})
     if queries:
-        names = [n for n in dict.fromkeys(n for k in queries for n in queries[k]["stages_ms"]) if n not in EXCLUDED]
-        lines += ["| stage | " + " | ".join(f"{s:,} chunks p50 / p95 ms" for s in sizes if str(s) in queries) + " |",
-                  "|---|" + "---:|" * sum(str(s) in queries for s in sizes)]
+        names = [
+            n for n in dict.fromkeys(n for k in queries for n in queries[k]["stages_ms"]) if n not in EXCLUDED
+        ]
+        lines += [
+            "| stage | "
+            + " | ".join(f"{s:,} chunks p50 / p95 ms" for s in sizes if str(s) in queries)
+            + " |",
+            "|---|" + "---:|" * sum(str(s) in queries for s in sizes),
+        ]
         for name in [*names, "end to end (no generator)", "lexical leg alone", "dense leg alone"]:
             cells = []
             for s in sizes:
                 q = queries.get(str(s))
                 if q is None:
                     continue
-                p = (q["end_to_end_ms_without_generator"] if name.startswith("end to end")
-                     else q["legs_ms"].get(name.split()[0]) if name.endswith("alone") else q["stages_ms"].get(name))
+                p = (
+                    q["end_to_end_ms_without_generator"]
+                    if name.startswith("end to end")
+                    else q["legs_ms"].get(name.split()[0])
+                    if name.endswith("alone")
+                    else q["stages_ms"].get(name)
+                )
                 cells.append(f"{p['p50']} / {p['p95']}" if p else "")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines += ["", "| chunks | queries/s, 1 client | queries/s, N clients | failed asks | e2e p50 ms under N clients "
-                  "| pipeline open s | query RSS after open MB | query peak RSS MB |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| chunks | queries/s, 1 client | queries/s, N clients | failed asks | e2e p50 ms under N clients "
+            "| pipeline open s | query RSS after open MB | query peak RSS MB |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for s in sizes:
             q = queries.get(str(s))
             if q:
                 c = q["concurrent"]
-                lines.append(f"| {s:,} | {q['sequential_qps']} | {c['qps']} ({c['clients']}) "
-                             f"| {c.get('errors', 0)} of {c['queries']} "
-                             f"| {c['end_to_end_ms_without_generator'].get('p50', '')} "
-                             f"| {q['open_s']} | {q['rss_mb']['after_open']} | {q['rss_mb']['peak']} |")
+                lines.append(
+                    f"| {s:,} | {q['sequential_qps']} | {c['qps']} ({c['clients']}) "
+                    f"| {c.get('errors', 0)} of {c['queries']} "
+                    f"| {c['end_to_end_ms_without_generator'].get('p50', '')} "
+                    f"| {q['open_s']} | {q['rss_mb']['after_open']} | {q['rss_mb']['peak']} |"
+                )
     if builds:
-        lines += ["", "| chunks | real / synthetic documents | ingestions | ingestion s (no embedding) | embedded "
-                  "| ingestion peak RSS MB | stage seconds |", "|---:|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| chunks | real / synthetic documents | ingestions | ingestion s (no embedding) | embedded "
+            "| ingestion peak RSS MB | stage seconds |",
+            "|---:|---|---:|---:|---:|---:|---|",
+        ]
         for s in sizes:
             b = builds.get(str(s))
             if b:
                 i = b["ingest"]
-                lines.append(f"| {i['chunks']:,} | {b['real_documents']:,} / {b['synthetic_documents']:,} "
-                             f"| {i.get('steps', 1)} | {i['seconds']} | {i['embedded']} | {i['peak_rss_mb']} "
-                             f"| {i['timings_s']} |")
+                lines.append(
+                    f"| {i['chunks']:,} | {b['real_documents']:,} / {b['synthetic_documents']:,} "
+                    f"| {i.get('steps', 1)} | {i['seconds']} | {i['embedded']} | {i['peak_rss_mb']} "
+                    f"| {i['timings_s']} |"
+                )
     for f in data.get("floor", {}).values():
-        lines += ["", f"Floor at {f['chunks']:,} chunks ({f['queries']} questions, {f['repeats']} repeats): "
-                  f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
-                  f"candidates {f['rerank_ms_p50']} ms = {f['floor_ms_p50']} ms; end to end {f['end_to_end_ms_p50']} ms; "
-                  f"ratio {f['ratio']}x"]
+        lines += [
+            "",
+            f"Floor at {f['chunks']:,} chunks ({f['queries']} questions, {f['repeats']} repeats): "
+            f"query embedding {f['query_embedding_ms_p50']} ms + {f['reranker']} on {f['candidates_mean']} "
+            f"candidates {f['rerank_ms_p50']} ms = {f['floor_ms_p50']} ms; end to end {f['end_to_end_ms_p50']} ms; "
+            f"ratio {f['ratio']}x",
+        ]
         if "floor_all_calls_ms_p50" in f:
-            lines.append(f"Every model call of the request replayed in a tight loop ({f['reranked_pairs_p50']} reranked "
-                         f"pairs p50): {f['floor_all_calls_ms_p50']} ms; end to end / that, per question, p50 "
-                         f"{f['ratio_to_all_calls']}x")
+            lines.append(
+                f"Every model call of the request replayed in a tight loop ({f['reranked_pairs_p50']} reranked "
+                f"pairs p50): {f['floor_all_calls_ms_p50']} ms; end to end / that, per question, p50 "
+                f"{f['ratio_to_all_calls']}x"
+            )
         i = f.get("inside_request")
         if i:
-            lines.append(f"Inside each request (p50): {i['embedder_calls_p50']} embedder calls {i['embedder_ms_p50']} ms, "
-                         f"{i['reranker_calls_p50']} reranker calls {i['reranker_ms_p50']} ms; end to end / model time "
-                         f"{i['ratio_end_to_end_to_model']}x")
+            lines.append(
+                f"Inside each request (p50): {i['embedder_calls_p50']} embedder calls {i['embedder_ms_p50']} ms, "
+                f"{i['reranker_calls_p50']} reranker calls {i['reranker_ms_p50']} ms; end to end / model time "
+                f"{i['ratio_end_to_end_to_model']}x"
+            )
         if "cross_encoder_minilm_40_pairs_ms_p50" in f:
             lines.append(f"MiniLM-L6 cross-encoder, 40 pairs: {f['cross_encoder_minilm_40_pairs_ms_p50']} ms")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p_build = sub.add_parser("build", help="Build (or reuse) the index of each size; ingestion time and peak RSS.")
+    p_build = sub.add_parser(
+        "build", help="Build (or reuse) the index of each size; ingestion time and peak RSS."
+    )
     p_build.add_argument("--base", type=Path, required=True, help="Data directory with SciFact ingested.")
-    p_build.add_argument("--step", type=int, default=STEP_CHUNKS,
-                         help="Build in ingestions of at most this many chunks each (default 0: one cold ingestion).")
-    p_build.add_argument("--budget-min", type=float, default=BUDGET_S / 60,
-                         help="Stop before a step that would end later than this (0: no limit); rerun to resume.")
-    p_query = sub.add_parser("query", help="Per-stage latency, throughput and query-process RSS at each size.")
+    p_build.add_argument(
+        "--step",
+        type=int,
+        default=STEP_CHUNKS,
+        help="Build in ingestions of at most this many chunks each (default 0: one cold ingestion).",
+    )
+    p_build.add_argument(
+        "--budget-min",
+        type=float,
+        default=BUDGET_S / 60,
+        help="Stop before a step that would end later than this (0: no limit); rerun to resume.",
+    )
+    p_query = sub.add_parser(
+        "query", help="Per-stage latency, throughput and query-process RSS at each size."
+    )
     p_query.add_argument("--queries", type=int, default=40, help="Sequential questions per size.")
     p_query.add_argument("--concurrent-queries", type=int, default=40)
     p_query.add_argument("--clients", type=int, default=4)
@@ -683,10 +760,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p_floor.add_argument("--size", type=int, default=10000)
     p_floor.add_argument("--queries", type=int, default=20)
     p_floor.add_argument("--repeats", type=int, default=5)
-    p_floor.add_argument("--no-cross-encoder", action="store_true", help="Skip the MiniLM cross-encoder reference.")
-    p_floor.add_argument("--rerank-with-cross-encoder", action="store_true",
-                         help="Run the pipeline itself with the MiniLM-L6-sized cross-encoder as its reranker "
-                              "(random head: latency only) and compare it with that model's forward time.")
+    p_floor.add_argument(
+        "--no-cross-encoder", action="store_true", help="Skip the MiniLM cross-encoder reference."
+    )
+    p_floor.add_argument(
+        "--rerank-with-cross-encoder",
+        action="store_true",
+        help="Run the pipeline itself with the MiniLM-L6-sized cross-encoder as its reranker "
+        "(random head: latency only) and compare it with that model's forward time.",
+    )
     sub.add_parser("report", help="Print the Markdown tables of WORK/results.json.")
     for p in (p_build, p_query):
         p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -707,17 +789,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         for size in args.sizes:
             fresh = not (args.work / str(size) / "build.json").exists()
             if fresh and rate and deadline is not None and time.monotonic() + rate * size > deadline:
-                print(f"{size:,} chunks: building would take ~{rate * size / 60:.0f} min, past --budget-min: "
-                      "run the same command again (built sizes are reused).", flush=True)
+                print(
+                    f"{size:,} chunks: building would take ~{rate * size / 60:.0f} min, past --budget-min: "
+                    "run the same command again (built sizes are reused).",
+                    flush=True,
+                )
                 return
             t = time.monotonic()
             result = build(args.base, size, args.work, step=args.step, deadline=deadline)
             if fresh:  # a reused build keeps the figures (and the machine load) recorded when it was built
                 rate = (time.monotonic() - t) / size
             if result.get("incomplete"):
-                print(f"{size:,} chunks: {len(result['steps'])} of {max(1, len(result['files']) - 1)} ingestions done; "
-                      f"the next (~{result['next_step_estimate_s']} s) would overrun --budget-min: run the same "
-                      "command again to continue.", flush=True)
+                print(
+                    f"{size:,} chunks: {len(result['steps'])} of {max(1, len(result['files']) - 1)} ingestions done; "
+                    f"the next (~{result['next_step_estimate_s']} s) would overrun --budget-min: run the same "
+                    "command again to continue.",
+                    flush=True,
+                )
                 return
             if fresh:
                 _save(args.work, "build", str(size), result)

@@ -75,7 +75,9 @@ def run(data_dir: Path, questions_path: Path, repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--questions", type=Path, default=SAMPLE / "questions.jsonl")
     parser.add_argument("--repeats", type=int, default=3)

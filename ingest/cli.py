@@ -15,7 +15,9 @@ from rag.config import Settings
 STATUS_STYLE = {"indexed": "green", "unchanged": "dim", "removed": "yellow", "failed": "bold red"}
 
 
-def run_ingest(paths: Sequence[str], settings: Settings, *, prune: bool = False, as_json: bool = False) -> int:
+def run_ingest(
+    paths: Sequence[str], settings: Settings, *, prune: bool = False, as_json: bool = False
+) -> int:
     """Run ingestion and print its report. Returns the exit status: 1 when any file failed."""
     err = Console(stderr=True)
     show_progress = not as_json and err.is_terminal
@@ -32,7 +34,9 @@ def run_ingest(paths: Sequence[str], settings: Settings, *, prune: bool = False,
 
         def progress(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
-                tasks[phase] = bar.add_task({"read": "Reading files", "embed": "Embedding chunks"}.get(phase, phase), total=total)
+                tasks[phase] = bar.add_task(
+                    {"read": "Reading files", "embed": "Embedding chunks"}.get(phase, phase), total=total
+                )
             bar.update(tasks[phase], completed=done, total=total)
 
         report = ingest(paths, settings, prune=prune, progress=progress)

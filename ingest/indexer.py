@@ -88,7 +88,13 @@ class IngestReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "files": [
-                {"path": f.path, "status": f.status, "reason": f.reason, "chunks": f.chunks, "message": f.message}
+                {
+                    "path": f.path,
+                    "status": f.status,
+                    "reason": f.reason,
+                    "chunks": f.chunks,
+                    "message": f.message,
+                }
                 for f in self.files
             ],
             "totals": self.totals,
@@ -121,7 +127,9 @@ class EmbeddingCache:
         for start in range(0, len(keys), 500):
             part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
-            for key, blob in self.conn.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", part):
+            for key, blob in self.conn.execute(
+                f"SELECT key, vector FROM vectors WHERE key IN ({marks})", part
+            ):
                 out[key] = np.frombuffer(blob, dtype=np.float32)
         return out
 
@@ -261,7 +269,9 @@ def ingest(
         t = time.perf_counter()
         files = discover(paths)
         if not files and not prune:
-            raise IngestError(f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl")
+            raise IngestError(
+                f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
+            )
         for i, path in enumerate(files):
             if progress:
                 progress("read", i, len(files))
@@ -283,10 +293,14 @@ def ingest(
                 report.files.append(FileResult(source, "failed", exc.reason, message=str(exc)))
                 continue
             except Exception as exc:  # one bad file never stops the batch
-                report.files.append(FileResult(source, "failed", "unreadable", message=f"{type(exc).__name__}: {exc}"))
+                report.files.append(
+                    FileResult(source, "failed", "unreadable", message=f"{type(exc).__name__}: {exc}")
+                )
                 continue
             if not any(chunks for _, chunks in chunked):
-                report.files.append(FileResult(source, "failed", "no_text", message="No text could be extracted."))
+                report.files.append(
+                    FileResult(source, "failed", "no_text", message="No text could be extracted.")
+                )
                 continue
             for doc, chunks in chunked:
                 if chunks:
@@ -321,7 +335,9 @@ def ingest(
             if server is not None:
                 try:
                     if current_name:
-                        server.ensure_published(current_name)  # a run that died between publish and alias switch
+                        server.ensure_published(
+                            current_name
+                        )  # a run that died between publish and alias switch
                 finally:
                     server.close()
             report.generation = current_name
@@ -364,7 +380,9 @@ def ingest(
 
         if server is not None:  # blue/green on the server: this generation's own collection, every chunk
             try:
-                server.build(name, all_chunks, all_tokens, _all_vectors(all_chunks, data_dir, model_name, emb), emb.dim)
+                server.build(
+                    name, all_chunks, all_tokens, _all_vectors(all_chunks, data_dir, model_name, emb), emb.dim
+                )
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 server.close()
@@ -438,7 +456,9 @@ def _sentence_store(
         return dict(zip(units, cache.vectors(units, emb)[0], strict=True))
 
     try:
-        return build_sentence_store([(c.chunk_id, c.text) for c in chunks], previous=previous, embed=embed, dim=emb.dim)
+        return build_sentence_store(
+            [(c.chunk_id, c.text) for c in chunks], previous=previous, embed=embed, dim=emb.dim
+        )
     finally:
         cache.close()
 
@@ -504,7 +524,9 @@ def _write_dense(
                 client.update_vectors(
                     COLLECTION,
                     points=[
-                        models.PointVectors(id=point_id(cid), vector={SPARSE: sparse_document(tokens[cid], avgdl)})
+                        models.PointVectors(
+                            id=point_id(cid), vector={SPARSE: sparse_document(tokens[cid], avgdl)}
+                        )
                         for cid in kept[start : start + 512]
                     ],
                     wait=True,
@@ -521,7 +543,9 @@ def _add_sparse_vector(client: Any, tokens: dict[str, list[str]], avgdl: float) 
     points: list[Any] = []
     offset = None
     while True:
-        page, offset = client.scroll(COLLECTION, limit=1000, offset=offset, with_payload=True, with_vectors=[DENSE])
+        page, offset = client.scroll(
+            COLLECTION, limit=1000, offset=offset, with_payload=True, with_vectors=[DENSE]
+        )
         points.extend(page)
         if offset is None:
             break

@@ -16,13 +16,17 @@ from rag.config import Settings, load_settings
 from rag.errors import ConfigurationError, RagError
 from rag.types import Principal
 
-app = typer.Typer(help="Policy support bot: ingest documents, ask questions, inspect traces.", no_args_is_help=True)
+app = typer.Typer(
+    help="Policy support bot: ingest documents, ask questions, inspect traces.", no_args_is_help=True
+)
 
 DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False)
+    Path | None,
+    typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object (a stable contract for scripts).")]
-
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object (a stable contract for scripts).")
+]
 
 
 def settings_for(data_dir: Path | None, **overrides: Any) -> Settings:
@@ -32,7 +36,9 @@ def settings_for(data_dir: Path | None, **overrides: Any) -> Settings:
 @app.command()
 @user_errors
 def ingest(
-    paths: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs: .pdf .md .txt .jsonl")],
+    paths: Annotated[
+        list[str], typer.Argument(help="Files, folders (recursive) or globs: .pdf .md .txt .jsonl")
+    ],
     data_dir: DataDir = None,
     prune: Annotated[bool, typer.Option("--prune", help="Remove documents whose files are gone.")] = False,
     as_json: JsonFlag = False,
@@ -78,8 +84,12 @@ def ask(
     groups: Annotated[str, typer.Option("--groups", help="Comma-separated groups the user belongs to.")] = "",
     as_of: Annotated[str | None, typer.Option("--as-of", help="Answer as of this date (YYYY-MM-DD).")] = None,
     tags: Annotated[str, typer.Option("--tags", help="Only documents with these product/version tags.")] = "",
-    batch: Annotated[Path | None, typer.Option("--batch", help="JSONL of {id, question, user, groups}.")] = None,
-    packing: Annotated[str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")] = None,
+    batch: Annotated[
+        Path | None, typer.Option("--batch", help="JSONL of {id, question, user, groups}.")
+    ] = None,
+    packing: Annotated[
+        str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")
+    ] = None,
     k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
     no_trace: Annotated[bool, typer.Option("--no-trace", help="Do not store the trace.")] = False,
     data_dir: DataDir = None,
@@ -91,7 +101,9 @@ def ask(
 
     settings = settings_for(data_dir, packing=packing, evidence_k=k)
     if batch is None and (question is None or user is None):
-        raise ConfigurationError("Give a QUESTION and --user NAME (or --batch FILE.jsonl).", hint="rag ask --help")
+        raise ConfigurationError(
+            "Give a QUESTION and --user NAME (or --batch FILE.jsonl).", hint="rag ask --help"
+        )
     store = None if no_trace else open_trace_store(settings)
     pipeline = build_pipeline(settings, trace_store=store)
     options = PipelineOptions()
@@ -104,7 +116,10 @@ def ask(
                 groups_in = item.get("groups") or []
                 q = Question(
                     text=item["question"],
-                    principal=Principal(item["user"], frozenset(groups_in if isinstance(groups_in, list) else _parse_groups(groups_in))),
+                    principal=Principal(
+                        item["user"],
+                        frozenset(groups_in if isinstance(groups_in, list) else _parse_groups(groups_in)),
+                    ),
                     as_of=_parse_date(item.get("as_of") or as_of),
                     tags=frozenset(item.get("tags") or ()) or _parse_groups(tags),
                 )
@@ -171,11 +186,15 @@ def _register_optional(command: str | None = None) -> None:
     if wanted("eval"):
         from rag.evaluation.cli import eval_app
 
-        app.add_typer(eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation.")
+        app.add_typer(
+            eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation."
+        )
     if wanted("llm"):
         from rag.llm_cli import llm_app
 
-        app.add_typer(llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API.")
+        app.add_typer(
+            llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API."
+        )
     if wanted("ui"):
         try:
             from ui.launch import ui_command

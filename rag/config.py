@@ -23,18 +23,23 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 
     # Storage
-    data_dir: Path = Field(default=Path(".rag"), description="Where the index, chunk archive and traces live.")
+    data_dir: Path = Field(
+        default=Path(".rag"), description="Where the index, chunk archive and traces live."
+    )
     qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset = embedded mode.")
     qdrant_api_key: str | None = None
     qdrant_collection: str = "chunks"
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; unset = SQLite in data_dir.")
 
     # Qdrant server
-    qdrant_shards: int = Field(default=3, description="shard_number of each collection built on a Qdrant server.")
+    qdrant_shards: int = Field(
+        default=3, description="shard_number of each collection built on a Qdrant server."
+    )
     qdrant_replication: int = Field(default=2, description="replication_factor (copies of each shard).")
     qdrant_write_consistency: int = Field(default=1, description="Replicas that must confirm a write.")
     lexical_backend: Literal["auto", "bm25", "qdrant"] = Field(
-        default="auto", description="'auto': in-process BM25 for embedded mode, Qdrant sparse vectors for a server."
+        default="auto",
+        description="'auto': in-process BM25 for embedded mode, Qdrant sparse vectors for a server.",
     )
 
     # Models
@@ -71,8 +76,12 @@ class Settings(BaseSettings):
     packing: PackingStrategy = "edges"
     repeat_question: bool = True
     abstain_threshold: float | None = Field(default=None, description="Override the calibrated threshold.")
-    max_hops: int = Field(default=1, ge=0, le=3, description="Follow-up retrieval hops; 0 turns multi-hop off.")
-    hop_passages: int = Field(default=2, ge=1, description="Strongest passages a hop takes bridge terms from.")
+    max_hops: int = Field(
+        default=1, ge=0, le=3, description="Follow-up retrieval hops; 0 turns multi-hop off."
+    )
+    hop_passages: int = Field(
+        default=2, ge=1, description="Strongest passages a hop takes bridge terms from."
+    )
     hop_terms: int = Field(default=2, ge=1, description="Bridge terms followed per passage.")
     hop_top_n: int = Field(default=10, ge=1, description="Candidates per leg for each follow-up query.")
 
@@ -85,7 +94,8 @@ class Settings(BaseSettings):
     llm_max_tokens: int = 400
     generation_mode: Literal["standard", "quote_then_answer", "map_reduce"] = "standard"
     citation_repair: bool = Field(
-        default=True, description="Re-point an LLM's unsupported [n] at the passage that supports the sentence."
+        default=True,
+        description="Re-point an LLM's unsupported [n] at the passage that supports the sentence.",
     )
 
     # Conversation memory
@@ -100,7 +110,8 @@ class Settings(BaseSettings):
 
     # Tests and benchmarks
     test_postgres_url: str | None = Field(
-        default=None, description="A throwaway PostgreSQL for the trace-store tests and benchmarks (scripts/postgres.sh)."
+        default=None,
+        description="A throwaway PostgreSQL for the trace-store tests and benchmarks (scripts/postgres.sh).",
     )
 
     # Sign-in for the UI (ui/auth.py). Who the user is comes from the deployment, never from a choice in the page.

@@ -82,7 +82,8 @@ def generate(
         result = map_reduce(question, evidence, client, max_tokens=max_tokens, prompt=prompt)
     else:
         raise ConfigurationError(
-            f"Unknown generation mode {mode!r}.", hint=f"Set RAG_GENERATION_MODE to one of: {', '.join(MODES)}."
+            f"Unknown generation mode {mode!r}.",
+            hint=f"Set RAG_GENERATION_MODE to one of: {', '.join(MODES)}.",
         )
     return _answer_or_raise(result, evidence)
 
@@ -442,13 +443,19 @@ def repair_prompt(prompt: Prompt, answer: str, failures: Sequence[Any]) -> Promp
 
     lines = []
     for c in failures:
-        said = f' The passage [{c.n}] says: "{neutralise(c.evidence_sentence)}"' if c.n and c.evidence_sentence else ""
+        said = (
+            f' The passage [{c.n}] says: "{neutralise(c.evidence_sentence)}"'
+            if c.n and c.evidence_sentence
+            else ""
+        )
         lines.append(f'- "{neutralise(c.claim.text)}": {c.verdict} ({neutralise(c.reason)}).{said}')
     user = (
         f"{prompt.user}\n\nPrevious answer:\n{neutralise(answer.strip())}\n\n"
         f"Sentences that failed the check:\n" + "\n".join(lines) + f"\n\n{REPAIR_INSTRUCTIONS}"
     )
-    return Prompt(prompt.system, user, prompt.evidence_map, prompt.n_tokens + _approx_tokens(user[len(prompt.user):]))
+    return Prompt(
+        prompt.system, user, prompt.evidence_map, prompt.n_tokens + _approx_tokens(user[len(prompt.user) :])
+    )
 
 
 def repair_claims(

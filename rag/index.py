@@ -86,12 +86,16 @@ def qdrant_filter(filt: SearchFilter) -> Any:
 
     day = filt.as_of.toordinal()
     must: list[Any] = [
-        models.FieldCondition(key="groups", match=models.MatchAny(any=sorted(filt.principal.readable_groups))),
+        models.FieldCondition(
+            key="groups", match=models.MatchAny(any=sorted(filt.principal.readable_groups))
+        ),
         models.FieldCondition(key="effective_ord", range=models.Range(lte=day)),
         models.FieldCondition(key="expires_ord", range=models.Range(gte=day)),
     ]
     if filt.tags:
-        must.append(models.FieldCondition(key="tags_f", match=models.MatchAny(any=sorted(filt.tags) + [NO_TAGS])))
+        must.append(
+            models.FieldCondition(key="tags_f", match=models.MatchAny(any=sorted(filt.tags) + [NO_TAGS]))
+        )
     return models.Filter(must=must)
 
 
@@ -104,7 +108,9 @@ class Manifest:
     dim: int
     documents: dict[str, dict[str, Any]]  # doc_id -> {source, version, fmt, title, groups, ..., chunk_ids}
     sources: dict[str, dict[str, Any]]  # source file -> {version, doc_ids}
-    bm25_avgdl: float | None = None  # avgdl the Qdrant sparse BM25 weights were computed with (None: no sparse leg)
+    bm25_avgdl: float | None = (
+        None  # avgdl the Qdrant sparse BM25 weights were computed with (None: no sparse leg)
+    )
 
     @property
     def n_chunks(self) -> int:
@@ -204,6 +210,7 @@ class ChunkArchive:
 
 _BLAS = ThreadpoolController()
 
+
 # ----------------------------------------------------------------------------- reading side
 class Generation:
     """One published generation opened for reading: chunks, BM25, and a private copy of its Qdrant store."""
@@ -285,7 +292,9 @@ class _TokenStore:
     pure Python: ~0.2 ms a word the stem cache has not seen, most of a cold rerank's time at 10k chunks).
     """
 
-    def __init__(self, row_of: dict[str, int], tokens: Sequence[Sequence[str]], vocab: dict[str, int]) -> None:
+    def __init__(
+        self, row_of: dict[str, int], tokens: Sequence[Sequence[str]], vocab: dict[str, int]
+    ) -> None:
         self._row = row_of
         self._terms = [""] * len(vocab)
         for term, i in vocab.items():
@@ -298,7 +307,9 @@ class _TokenStore:
         self._ids: np.ndarray | None = None
         if len(tokens) == len(row_of):
             try:
-                self._ids = np.fromiter((vocab[t] for doc in tokens for t in doc), dtype=np.int32, count=total)
+                self._ids = np.fromiter(
+                    (vocab[t] for doc in tokens for t in doc), dtype=np.int32, count=total
+                )
             except KeyError:
                 self._ids = None
 
@@ -431,7 +442,9 @@ class IndexReader:
                 with_payload=["chunk_id"],
             )
         except Exception as exc:
-            raise RetrievalError(f"Dense search failed: {exc}", hint="Re-run `rag ingest` to rebuild the index.") from exc
+            raise RetrievalError(
+                f"Dense search failed: {exc}", hint="Re-run `rag ingest` to rebuild the index."
+            ) from exc
         return [(p.payload["chunk_id"], float(p.score)) for p in response.points if p.payload]
 
     # -- lexical search inside Qdrant (sparse BM25 vectors; see rag/qdrant_server.py)
@@ -439,14 +452,22 @@ class IndexReader:
         """The client and collection holding the current generation's vectors."""
         return self.generation.client, COLLECTION
 
-    def search_lexical_qdrant(self, tokens: Sequence[str], filt: SearchFilter, n: int) -> list[tuple[str, float]]:
+    def search_lexical_qdrant(
+        self, tokens: Sequence[str], filt: SearchFilter, n: int
+    ) -> list[tuple[str, float]]:
         from rag.qdrant_server import lexical_search
 
         client, collection = self._qdrant_target()
         return lexical_search(client, collection, tokens, filt, n)
 
     def search_hybrid_qdrant(
-        self, tokens: Sequence[str], vector: np.ndarray, filt: SearchFilter, n_lexical: int, n_dense: int, k: int
+        self,
+        tokens: Sequence[str],
+        vector: np.ndarray,
+        filt: SearchFilter,
+        n_lexical: int,
+        n_dense: int,
+        k: int,
     ) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
         """(lexical, dense, fused) hits: both legs and their RRF fusion (``1/(k + rank)``) in one Qdrant call."""
         from rag.qdrant_server import hybrid_search

@@ -36,7 +36,9 @@ class BM25Index:
         return int(self.weights.shape[0])
 
     @classmethod
-    def build(cls, corpus: Sequence[Sequence[str]], *, k1: float = K1, b: float = B, epsilon: float = EPSILON) -> BM25Index:
+    def build(
+        cls, corpus: Sequence[Sequence[str]], *, k1: float = K1, b: float = B, epsilon: float = EPSILON
+    ) -> BM25Index:
         vocab: dict[str, int] = {}
         rows: list[int] = []
         cols: list[int] = []
@@ -102,4 +104,9 @@ class BM25Index:
         terms = json.loads((folder / "bm25_vocab.json").read_text())
         stats = np.load(folder / "bm25_stats.npz")
         weights = sparse.load_npz(folder / "bm25_weights.npz").tocsc()
-        return cls(vocab={t: i for i, t in enumerate(terms)}, idf=stats["idf"], weights=weights, doc_len=stats["doc_len"])
+        return cls(
+            vocab={t: i for i, t in enumerate(terms)},
+            idf=stats["idf"],
+            weights=weights,
+            doc_len=stats["doc_len"],
+        )

@@ -33,8 +33,6 @@ Port = Annotated[int, typer.Option("--port", help="Port to listen on.")]
 Host = Annotated[str, typer.Option("--host", help="Interface to listen on (127.0.0.1 = this machine only).")]
 
 
-
-
 def _data_dir(data_dir: Path | None) -> Path:
     return load_settings(data_dir=data_dir).data_dir
 

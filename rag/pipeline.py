@@ -138,14 +138,23 @@ class Result:
                 for c in self.citations
             ],
             "evidence": [
-                {"n": e.n, **candidate_json(e.candidate), "bundle": bundle_of[e.candidate.chunk_id],
-                 "cited": e.candidate.chunk_id in cited}
+                {
+                    "n": e.n,
+                    **candidate_json(e.candidate),
+                    "bundle": bundle_of[e.candidate.chunk_id],
+                    "cited": e.candidate.chunk_id in cited,
+                }
                 for e in self.evidence
             ],
             "candidates": [{**candidate_json(c), "intents": list(c.intents)} for c in self.candidates],
             "dropped": [{"chunk_id": d.chunk_id, "reason": d.reason, "stage": d.stage} for d in self.dropped],
             "bundles": [
-                {"bundle_id": b.bundle_id, "chunk_ids": list(b.chunk_ids), "reason": b.reason, "score": _r(b.score)}
+                {
+                    "bundle_id": b.bundle_id,
+                    "chunk_ids": list(b.chunk_ids),
+                    "reason": b.reason,
+                    "score": _r(b.score),
+                }
                 for b in self.bundles
             ],
             "hops": self.hops,
@@ -277,7 +286,9 @@ class Pipeline:
         tokens = bm25_tokens(text)
         fused = None
         if resolve_lexical_backend(s) == "qdrant":  # both legs and their fusion in one Qdrant call
-            lexical, dense, fused = self.reader.search_hybrid_qdrant(tokens, vector, filt, lexical_n, dense_n, s.rrf_k)
+            lexical, dense, fused = self.reader.search_hybrid_qdrant(
+                tokens, vector, filt, lexical_n, dense_n, s.rrf_k
+            )
         else:
             lexical = self.reader.search_lexical(tokens, filt, lexical_n)
             dense = self.reader.search_dense(vector, filt, dense_n)
@@ -308,7 +319,13 @@ class Pipeline:
         return merged, detail
 
     def _hops(
-        self, question: str, ranked: list[Candidate], filt: SearchFilter, k: int, max_hops: int, rec: _Recorder
+        self,
+        question: str,
+        ranked: list[Candidate],
+        filt: SearchFilter,
+        k: int,
+        max_hops: int,
+        rec: _Recorder,
     ) -> tuple[list[Candidate], list[Chain], list[dict[str, Any]]]:
         """Follow-up retrievals from the strongest passages (rag/stages/hops.py), at most ``max_hops`` rounds.
 
@@ -326,12 +343,16 @@ class Pipeline:
             with rec.stage(f"hop_{hop}") as d:
                 record: dict[str, Any] = {"hop": hop, "from": [c.chunk_id for c in frontier], "queries": []}
                 records.append(record)
-                fus = follow_ups(question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms))
+                fus = follow_ups(
+                    question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms)
+                )
                 seen_terms.update(f.term for f in fus)
                 # A follow-up can only link a passage about its term: a term no readable passage is about
                 # (a lone common word that titles nothing, an id no heading or opening carries) is not retrieved.
                 about = self._about_index()
-                followable = [f for f in fus if about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)]
+                followable = [
+                    f for f in fus if about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)
+                ]
                 if skipped := [f.term for f in fus if f not in followable]:
                     record["skipped"] = skipped  # no passage could be about them: nothing to retrieve
                 if not followable:
@@ -362,14 +383,21 @@ class Pipeline:
                 ranked, links = link_chains(ranked, found, k=k)
                 chains += [(link.child.chunk_id, link.parent_id, "chain") for link in links]
                 record["linked"] = [
-                    {"chunk_id": lk.child.chunk_id, "from": lk.parent_id, "term": lk.term,
-                     "score": _r(score_of(lk.child)), "moved": lk.moved}
+                    {
+                        "chunk_id": lk.child.chunk_id,
+                        "from": lk.parent_id,
+                        "term": lk.term,
+                        "score": _r(score_of(lk.child)),
+                        "moved": lk.moved,
+                    }
                     for lk in links
                 ]
                 d.update(queries=len(fus), linked=len(links))
                 frontier = [lk.child for lk in links if lk.moved]
                 if not frontier:
-                    record["stopped"] = "nothing new: no follow-up passage beat the evidence it would displace"
+                    record["stopped"] = (
+                        "nothing new: no follow-up passage beat the evidence it would displace"
+                    )
                     d["stopped"] = "nothing_new"
                     break
         else:
@@ -490,7 +518,9 @@ class Pipeline:
         return float(getattr(self.reranker, "abstain_threshold", 0.0))
 
     # ------------------------------------------------------------------ the query path
-    def ask(self, question: Question, options: PipelineOptions | None = None, *, llm: Any | None = None) -> Result:
+    def ask(
+        self, question: Question, options: PipelineOptions | None = None, *, llm: Any | None = None
+    ) -> Result:
         """Answer ``question``; ``llm`` replaces this pipeline's LLM client for this request only (the UI passes
         a client that streams into the page), everything else is shared."""
         opts = options or PipelineOptions()
@@ -507,7 +537,11 @@ class Pipeline:
             d["generation"] = self.reader.generation.name
         with rec.stage("filters") as d:
             filt = SearchFilter(question.principal, question.as_of or date.today(), question.tags)
-            d.update(groups=sorted(filt.principal.readable_groups), as_of=filt.as_of.isoformat(), tags=sorted(filt.tags))
+            d.update(
+                groups=sorted(filt.principal.readable_groups),
+                as_of=filt.as_of.isoformat(),
+                tags=sorted(filt.tags),
+            )
         with rec.stage("intents") as d:
             intents = split_intents(question.text)
             d["intents"] = [i.text for i in intents]
@@ -525,7 +559,11 @@ class Pipeline:
                 strong: dict[str, list[int]] = {}
                 for intent in intents:
                     pool = [c for c in reranked if intent.index in c.intents]
-                    best = [c.chunk_id for c in self.reranker.rerank(intent.text, pool)[:INTENT_TOP]] if pool else []
+                    best = (
+                        [c.chunk_id for c in self.reranker.rerank(intent.text, pool)[:INTENT_TOP]]
+                        if pool
+                        else []
+                    )
                     for chunk_id in best:
                         strong.setdefault(chunk_id, []).append(intent.index)
                     d[f"intent_{intent.index}"] = best
@@ -536,7 +574,9 @@ class Pipeline:
         if max_hops > 0 and reranked:
             reranked, chains, hops = self._hops(question.text, reranked, filt, k, max_hops, rec)
         with rec.stage("abstention") as d:
-            abstain, uncovered, reason = decide_abstention(reranked, intents, threshold=self.abstain_threshold)
+            abstain, uncovered, reason = decide_abstention(
+                reranked, intents, threshold=self.abstain_threshold
+            )
             d.update(abstain=abstain, uncovered=[i.text for i in uncovered], threshold=self.abstain_threshold)
         # Evidence is selected and shown even when the answer abstains: the trace (and the user) can see what
         # was found and why it was not enough.
@@ -547,9 +587,15 @@ class Pipeline:
             d["dropped"] = len(drops)
         with rec.stage("budget") as d:
             covered = [i for i in intents if i not in uncovered] or list(intents)
-            links = {child: parent for child, parent, _ in chains}  # the budget keeps both ends of a hop's link
+            links = {
+                child: parent for child, parent, _ in chains
+            }  # the budget keeps both ends of a hop's link
             selected, drops = apply_budget(
-                kept, covered, k=k, token_budget=token_budget, links=links,
+                kept,
+                covered,
+                k=k,
+                token_budget=token_budget,
+                links=links,
                 min_score=self.abstain_threshold if self.settings.budget_score_floor else None,
             )
             dropped += drops
@@ -557,7 +603,11 @@ class Pipeline:
         with rec.stage("bundle") as d:
             # a passage travels with the selected passage its term leads to, and subjects compared side by
             # side travel together ("Who is older, X or Y?"); links found by a hop come first
-            chains = [*chains, *comparison_chains(question.text, selected), *evidence_chains(question.text, selected)]
+            chains = [
+                *chains,
+                *comparison_chains(question.text, selected),
+                *evidence_chains(question.text, selected),
+            ]
             d["chains"] = [list(c) for c in chains]
             bundles, added, drops = bundle_dependencies(
                 selected, self.reader, filt, pool=kept, token_budget=token_budget, chains=chains
@@ -576,9 +626,13 @@ class Pipeline:
                 texts = [e.candidate.chunk.text for e in evidence]
                 pool_texts = [c.chunk.text for c in reranked]
                 for intent in intents:
-                    why = None if intent in uncovered else (
-                        missing_answer_type(intent.text, texts, context=question.text, score=scorer)
-                        or missing_focus(intent.text, texts, pool=pool_texts, score=scorer)
+                    why = (
+                        None
+                        if intent in uncovered
+                        else (
+                            missing_answer_type(intent.text, texts, context=question.text, score=scorer)
+                            or missing_focus(intent.text, texts, pool=pool_texts, score=scorer)
+                        )
                     )
                     if why:
                         uncovered = [*uncovered, intent]
@@ -614,8 +668,11 @@ class Pipeline:
                 if repairs:
                     d.update(repairs=repairs, model_answer=generated.text)
             citations = check_citations(answer, evidence, support=support)
-            d.update(total=len(citations), invalid=sum(not c.valid for c in citations),
-                     unsupported=sum(not c.supported for c in citations))
+            d.update(
+                total=len(citations),
+                invalid=sum(not c.valid for c in citations),
+                unsupported=sum(not c.supported for c in citations),
+            )
         with rec.stage("claims") as d:
             # every claim, cited or not, against the evidence sentence that best matches it; an LLM answer
             # that fails is repaired once, then answered extractively (rag/stages/claims.py)
@@ -629,8 +686,10 @@ class Pipeline:
         with rec.stage("answer_check") as d:
             # does the answer address every part of the question? ("Citations checked" needs it)
             checks = check_addresses(answer, intents, abstained=abstain)
-            answer_check = {"complete": bool(checks) and all(c.addressed for c in checks),
-                            "intents": [asdict(c) for c in checks]}
+            answer_check = {
+                "complete": bool(checks) and all(c.addressed for c in checks),
+                "intents": [asdict(c) for c in checks],
+            }
             d.update(answer_check)
         result = Result(
             trace_id=uuid.uuid4().hex,
@@ -683,12 +742,17 @@ class Pipeline:
             from rag.generation import generate
 
             try:
-                return generate(prompt, evidence, question.text, llm, self.settings.generation_mode, self.settings)
+                return generate(
+                    prompt, evidence, question.text, llm, self.settings.generation_mode, self.settings
+                )
             except GenerationError as exc:
                 # The user still gets an answer (quoted evidence); the trace keeps the LLM's failure.
                 fallback = self._extractive(question, intents, evidence, uncovered)
-                return Generated(text=fallback.text, model=f"extractive (fallback; {self.settings.llm_model} failed)",
-                                 error=str(exc))
+                return Generated(
+                    text=fallback.text,
+                    model=f"extractive (fallback; {self.settings.llm_model} failed)",
+                    error=str(exc),
+                )
         return self._extractive(question, intents, evidence, uncovered)
 
     def _verify(
@@ -713,8 +777,11 @@ class Pipeline:
         body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
         cosine = self.claim_cosine(evidence)
         checks = check_claims(body, evidence, support=support, cosine=cosine)
-        record: dict[str, Any] = {"model_answer": body, "claims": [c.to_json() for c in checks],
-                                  "verdicts": summary(checks)}
+        record: dict[str, Any] = {
+            "model_answer": body,
+            "claims": [c.to_json() for c in checks],
+            "verdicts": summary(checks),
+        }
         if llm is not None and self.settings.citation_repair:
             marked, added = add_missing_markers(body, checks)
             if added:  # a claim the model left unmarked gets the passage that holds it
@@ -726,8 +793,9 @@ class Pipeline:
         from rag.generation import repair_claims
 
         bad = failed(checks)
-        repair: dict[str, Any] = {"failed": [{"text": c.claim.text, "verdict": c.verdict, "reason": c.reason}
-                                             for c in bad]}
+        repair: dict[str, Any] = {
+            "failed": [{"text": c.claim.text, "verdict": c.verdict, "reason": c.reason} for c in bad]
+        }
         record["repair"] = repair
         try:
             repaired = repair_claims(prompt, evidence, body, bad, llm, self.settings)
@@ -742,22 +810,33 @@ class Pipeline:
                     repair.update(citation_repairs=moved, markers_added=added)
             else:
                 again = check_claims(text, evidence, support=support, cosine=cosine)
-            repair.update(claims=[c.to_json() for c in again], verdicts=summary(again), verified=verified(again))
+            repair.update(
+                claims=[c.to_json() for c in again], verdicts=summary(again), verified=verified(again)
+            )
         except GenerationError as exc:
             again, repair["error"] = [], str(exc)
         if again and verified(again):
             record.update(repaired=True, verified=True)
             return text + notice, again, record
         # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
-        worst = next((c for c in (failed(again) or bad) if c.verdict == "contradicted"), (failed(again) or bad)[0])
-        why = (f"Note: the language model's answer was not shown: {len(failed(again) or bad)} of its claims "
-               f"{'contradict' if worst.verdict == 'contradicted' else 'are not supported by'} the evidence"
-               f"{f' ({worst.reason})' if worst.verdict == 'contradicted' else ''}, also after one repair. "
-               "The sentences above are quoted from the evidence instead.")
+        worst = next(
+            (c for c in (failed(again) or bad) if c.verdict == "contradicted"), (failed(again) or bad)[0]
+        )
+        why = (
+            f"Note: the language model's answer was not shown: {len(failed(again) or bad)} of its claims "
+            f"{'contradict' if worst.verdict == 'contradicted' else 'are not supported by'} the evidence"
+            f"{f' ({worst.reason})' if worst.verdict == 'contradicted' else ''}, also after one repair. "
+            "The sentences above are quoted from the evidence instead."
+        )
         fallback = self._extractive(question, intents, evidence, uncovered).text
         final = check_claims(fallback, evidence, support=support, cosine=cosine)
-        record.update(repaired=False, fallback="extractive", notice=why, verified=verified(final),
-                      fallback_claims=[c.to_json() for c in final])
+        record.update(
+            repaired=False,
+            fallback="extractive",
+            notice=why,
+            verified=verified(final),
+            fallback_claims=[c.to_json() for c in final],
+        )
         return f"{fallback}\n\n{why}{notice}", final, record
 
     def claim_cosine(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
@@ -783,7 +862,11 @@ class Pipeline:
         return cosine
 
     def _extractive(
-        self, question: Question, intents: Sequence[Intent], evidence: Sequence[Evidence], uncovered: Sequence[Intent]
+        self,
+        question: Question,
+        intents: Sequence[Intent],
+        evidence: Sequence[Evidence],
+        uncovered: Sequence[Intent],
     ) -> Generated:
         covered = [i for i in intents if i not in uncovered] or list(intents)
         scorer = self.sentence_scorer(evidence, context=QUOTE_CONTEXT)

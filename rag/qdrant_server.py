@@ -42,7 +42,9 @@ from rag.lexical import K1, B
 from rag.types import Candidate, Chunk, SearchFilter
 
 SPARSE = "bm25"
-TERM_ID_MASK = 0x7FFF_FFFF  # 31 bits: Qdrant takes uint32 indices; staying below 2**31 keeps every client happy
+TERM_ID_MASK = (
+    0x7FFF_FFFF  # 31 bits: Qdrant takes uint32 indices; staying below 2**31 keeps every client happy
+)
 AVGDL_DRIFT = 0.05  # re-weight every chunk's sparse vector when the corpus's avgdl moved more than this
 KEEP_COLLECTIONS = 2
 UPSERT_BATCH = 256
@@ -125,17 +127,26 @@ def _failed(leg: str, exc: Exception) -> RetrievalError:
             "could run in Qdrant).",
             hint="Re-run `rag ingest` (it upgrades the index), or set RAG_LEXICAL_BACKEND=bm25.",
         )
-    return RetrievalError(f"{leg} failed: {exc}", hint="Check that Qdrant is reachable; re-run `rag ingest` if needed.")
+    return RetrievalError(
+        f"{leg} failed: {exc}", hint="Check that Qdrant is reachable; re-run `rag ingest` if needed."
+    )
 
 
-def lexical_search(client: Any, collection: str, tokens: Sequence[str], filt: SearchFilter, n: int) -> list[Hit]:
+def lexical_search(
+    client: Any, collection: str, tokens: Sequence[str], filt: SearchFilter, n: int
+) -> list[Hit]:
     """BM25 inside Qdrant: the sparse leg alone, filtered like every other query."""
     query = sparse_query(tokens)
     if query is None:
         return []
     try:
         response = client.query_points(
-            collection, query=query, using=SPARSE, query_filter=qdrant_filter(filt), limit=n, with_payload=["chunk_id"]
+            collection,
+            query=query,
+            using=SPARSE,
+            query_filter=qdrant_filter(filt),
+            limit=n,
+            with_payload=["chunk_id"],
         )
     except Exception as exc:
         raise _failed("Lexical search in Qdrant", exc) from exc
@@ -167,12 +178,18 @@ def hybrid_requests(
     dense_q = np.asarray(vector, dtype=np.float32).tolist()
     sparse_q = sparse_query(tokens)
     legs = [models.Prefetch(query=dense_q, using=DENSE, filter=qfilter, limit=n_dense)]
-    requests = [models.QueryRequest(query=dense_q, using=DENSE, filter=qfilter, limit=n_dense, with_payload=["chunk_id"])]
+    requests = [
+        models.QueryRequest(
+            query=dense_q, using=DENSE, filter=qfilter, limit=n_dense, with_payload=["chunk_id"]
+        )
+    ]
     if sparse_q is not None:
         legs.insert(0, models.Prefetch(query=sparse_q, using=SPARSE, filter=qfilter, limit=n_lexical))
         requests.insert(
             0,
-            models.QueryRequest(query=sparse_q, using=SPARSE, filter=qfilter, limit=n_lexical, with_payload=["chunk_id"]),
+            models.QueryRequest(
+                query=sparse_q, using=SPARSE, filter=qfilter, limit=n_lexical, with_payload=["chunk_id"]
+            ),
         )
     requests.append(
         models.QueryRequest(
@@ -209,7 +226,12 @@ def hybrid_search(
 
 
 def fused_candidates(
-    lexical: Sequence[Hit], dense: Sequence[Hit], fused: Sequence[Hit], chunks: Mapping[str, Chunk], *, intent: int = 0
+    lexical: Sequence[Hit],
+    dense: Sequence[Hit],
+    fused: Sequence[Hit],
+    chunks: Mapping[str, Chunk],
+    *,
+    intent: int = 0,
 ) -> list[Candidate]:
     """Candidates in Qdrant's fused order, each keeping both legs' ranks and scores for the trace.
 
@@ -257,14 +279,17 @@ def resolve_lexical_backend(settings: Settings) -> LexicalBackend:
 def connect(settings: Settings) -> Any:
     """A client for ``settings.qdrant_url``; configuration errors become a message the user can act on."""
     if not settings.qdrant_url:
-        raise ConfigurationError("No Qdrant server is configured.", hint="Set RAG_QDRANT_URL (e.g. http://qdrant-1:6333).")
+        raise ConfigurationError(
+            "No Qdrant server is configured.", hint="Set RAG_QDRANT_URL (e.g. http://qdrant-1:6333)."
+        )
     from qdrant_client import QdrantClient
 
     try:
         return QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=60)
     except Exception as exc:
         raise ConfigurationError(
-            f"Bad Qdrant server URL {settings.qdrant_url!r}: {exc}", hint="RAG_QDRANT_URL looks like http://host:6333."
+            f"Bad Qdrant server URL {settings.qdrant_url!r}: {exc}",
+            hint="RAG_QDRANT_URL looks like http://host:6333.",
         ) from exc
 
 
@@ -281,7 +306,9 @@ def _generation_number(alias: str, collection: str) -> int | None:
 class ServerIndexWriter:
     """Builds one collection per generation on a Qdrant server and switches the alias to it atomically."""
 
-    def __init__(self, settings: Settings, client: Any | None = None, *, keep: int = KEEP_COLLECTIONS) -> None:
+    def __init__(
+        self, settings: Settings, client: Any | None = None, *, keep: int = KEEP_COLLECTIONS
+    ) -> None:
         self.settings = settings
         self.alias = settings.qdrant_collection
         self.client = client if client is not None else connect(settings)
@@ -310,7 +337,11 @@ class ServerIndexWriter:
 
     def has_generation(self, generation: str) -> bool:
         """Whether the server holds this generation's collection (a new or replaced server needs a rebuild)."""
-        return bool(self._call("read the collections", self.client.collection_exists, collection_for(self.alias, generation)))
+        return bool(
+            self._call(
+                "read the collections", self.client.collection_exists, collection_for(self.alias, generation)
+            )
+        )
 
     def generation_collections(self) -> list[str]:
         names = [c.name for c in self._call("list the collections", self.client.get_collections).collections]
@@ -333,7 +364,10 @@ class ServerIndexWriter:
             raise IngestError("Internal error: chunks, tokens and vectors differ in length.")
         s = self.settings
         name = collection_for(self.alias, generation)
-        if self._call("read the collections", self.client.collection_exists, self.alias) and self.alias_target() is None:
+        if (
+            self._call("read the collections", self.client.collection_exists, self.alias)
+            and self.alias_target() is None
+        ):
             raise IngestError(
                 f"A collection named {self.alias!r} exists on the Qdrant server, so it cannot become an alias.",
                 hint="Delete or rename that collection, or set RAG_QDRANT_COLLECTION to another name.",
@@ -366,7 +400,10 @@ class ServerIndexWriter:
             points = [
                 models.PointStruct(
                     id=point_id(c.chunk_id),
-                    vector={DENSE: np.asarray(v, dtype=np.float32).tolist(), SPARSE: sparse_document(t, avgdl)},
+                    vector={
+                        DENSE: np.asarray(v, dtype=np.float32).tolist(),
+                        SPARSE: sparse_document(t, avgdl),
+                    },
                     payload=chunk_payload(c),
                 )
                 for c, t, v in zip(
@@ -395,7 +432,11 @@ class ServerIndexWriter:
         ops: list[Any] = []
         if self.alias_target() is not None:
             ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.alias)))
-        ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=name, alias_name=self.alias)))
+        ops.append(
+            models.CreateAliasOperation(
+                create_alias=models.CreateAlias(collection_name=name, alias_name=self.alias)
+            )
+        )
         self._call("switch the alias", self.client.update_collection_aliases, change_aliases_operations=ops)
         self.collect_garbage(current=name)
 
@@ -468,7 +509,9 @@ class ServerIndexReader(IndexReader):
 
     def _qdrant_target(self) -> tuple[Any, str]:
         gen = self.generation
-        return gen.client, getattr(gen, "collection", collection_for(self.settings.qdrant_collection, gen.name))
+        return gen.client, getattr(
+            gen, "collection", collection_for(self.settings.qdrant_collection, gen.name)
+        )
 
     def search_dense(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
         client, collection = self._qdrant_target()

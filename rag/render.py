@@ -35,7 +35,9 @@ def print_result(trace: dict[str, Any], console: Console | None = None) -> None:
     out.print(trace["answer"], highlight=False)
     bad = [c for c in trace["citations"] if not (c["valid"] and c["supported"])]
     if bad:
-        out.print(f"[red]{len(bad)} citation(s) failed the check:[/] " + ", ".join(f"[{c['n']}]" for c in bad))
+        out.print(
+            f"[red]{len(bad)} citation(s) failed the check:[/] " + ", ".join(f"[{c['n']}]" for c in bad)
+        )
     if trace.get("error"):
         out.print(f"[red]Generation error:[/] {trace['error']}")
     if trace["evidence"]:
@@ -48,12 +50,18 @@ def print_result(trace: dict[str, Any], console: Console | None = None) -> None:
 
 def hop_lines(trace: dict[str, Any]) -> list[str]:
     """One line per follow-up hop: the terms it followed, what it linked, why it stopped."""
-    titles = {c["chunk_id"]: c.get("title") or c["chunk_id"] for c in [*trace.get("candidates", []), *trace["evidence"]]}
+    titles = {
+        c["chunk_id"]: c.get("title") or c["chunk_id"]
+        for c in [*trace.get("candidates", []), *trace["evidence"]]
+    }
     lines = []
     for hop in trace.get("hops") or []:
         terms = ", ".join(repr(q["term"]) for q in hop.get("queries", [])) or "none"
         linked = "; ".join(
-            f"{titles.get(lk['chunk_id'], lk['chunk_id'])} (via {lk['term']!r})" for lk in hop.get("linked", [])
+            f"{titles.get(lk['chunk_id'], lk['chunk_id'])} (via {lk['term']!r})"
+            for lk in hop.get("linked", [])
         )
-        lines.append(f"hop {hop['hop']}: followed {terms}; linked {linked or 'nothing'}; {hop.get('stopped') or ''}")
+        lines.append(
+            f"hop {hop['hop']}: followed {terms}; linked {linked or 'nothing'}; {hop.get('stopped') or ''}"
+        )
     return lines

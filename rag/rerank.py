@@ -179,7 +179,9 @@ def _make_passage(title: str, section: str, text: str, tokens: list[str] | None 
     if tokens is None:
         tokens = bm25_tokens(full)
     head = bm25_tokens(f"{title} {section}")
-    return _Passage(tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full)))
+    return _Passage(
+        tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full))
+    )
 
 
 def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
@@ -332,7 +334,9 @@ class FeatureModel:
     @property
     def uses_sentences(self) -> bool:
         """Whether any sentence-level feature carries weight (else they are not computed at all)."""
-        return any(f in SENTENCE_FEATURES and w != 0 for f, w in zip(self.features, self.weights, strict=True))
+        return any(
+            f in SENTENCE_FEATURES and w != 0 for f, w in zip(self.features, self.weights, strict=True)
+        )
 
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         return ((x - self.mean) / self.scale) @ self.weights
@@ -506,7 +510,9 @@ class FeatureReranker:
                 else:
                     if len(self._stored) >= self._CACHE_LIMIT:
                         self._stored.clear()
-                    passage = self._stored[key] = _make_passage(chunk.title, chunk.section, chunk.text, list(tokens))
+                    passage = self._stored[key] = _make_passage(
+                        chunk.title, chunk.section, chunk.text, list(tokens)
+                    )
             out.append(passage)
         return out
 
@@ -524,7 +530,12 @@ class FeatureReranker:
             qv = self._query(question, query_vector or self.query_vector)
             sv = self._sentence_matrices(candidates, sentence_vectors or self.sentence_vectors, qv.shape[0])
         x = candidate_features(
-            question, candidates, idf=self.idf, query_vector=qv, sentence_vectors=sv, passages=self._passages(candidates)
+            question,
+            candidates,
+            idf=self.idf,
+            query_vector=qv,
+            sentence_vectors=sv,
+            passages=self._passages(candidates),
         )
         return x[:, self._columns]
 

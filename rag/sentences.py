@@ -27,9 +27,13 @@ def sentence_units(text: str) -> list[str]:
     return list(_units(text))
 
 
-@functools.lru_cache(maxsize=50_000)  # the query path asks for the same chunks' units several times per answer
+@functools.lru_cache(
+    maxsize=50_000
+)  # the query path asks for the same chunks' units several times per answer
 def _units(text: str) -> tuple[str, ...]:
-    units = [s for s in split_sentences(text) if sum(any(ch.isalpha() for ch in w) for w in s.split()) >= MIN_WORDS]
+    units = [
+        s for s in split_sentences(text) if sum(any(ch.isalpha() for ch in w) for w in s.split()) >= MIN_WORDS
+    ]
     return tuple(units[:MAX_UNITS] or ([text.strip()] if text.strip() else []))
 
 
@@ -74,7 +78,9 @@ class SentenceStore:
 
     @classmethod
     def empty(cls, dim: int) -> SentenceStore:
-        return cls([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, dim), np.float32))
+        return cls(
+            [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, dim), np.float32)
+        )
 
 
 def build_sentence_store(
@@ -98,7 +104,9 @@ def build_sentence_store(
     offset = 0
     for i, (chunk_id, text) in enumerate(chunks):
         old = previous.vectors_of(chunk_id) if previous is not None else None
-        block = old if old is not None else np.stack([fresh[u] for u in sentence_units(text)]).astype(np.float32)
+        block = (
+            old if old is not None else np.stack([fresh[u] for u in sentence_units(text)]).astype(np.float32)
+        )
         parts.append(block)
         starts[i], counts[i] = offset, len(block)
         offset += len(block)

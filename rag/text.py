@@ -91,7 +91,9 @@ def count_tokens(text: str) -> int:
     return len(tok.encode(text, add_special_tokens=False).ids)
 
 
-_SENT_END = re.compile(r"(?<=[.!?;:])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*(?:[-*\u2022]|\d+[.)]|[a-z][.)])\s)")
+_SENT_END = re.compile(
+    r"(?<=[.!?;:])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*(?:[-*\u2022]|\d+[.)]|[a-z][.)])\s)"
+)
 _ABBREV = re.compile(r"\b(?:e\.g|i\.e|etc|vs|Mr|Ms|Dr|No|Sec|U\.S|approx)\.$", re.IGNORECASE)
 
 
@@ -102,7 +104,13 @@ def _split_heading(part: str) -> list[str]:
     """A heading line glued to its first sentence ("4.2 Gift cards\nGift cards are ...") is its own unit."""
     first, sep, rest = part.partition("\n")
     nxt = rest.lstrip()[:1]
-    if sep and nxt and (nxt.isupper() or nxt.isdigit()) and _HEADING_LINE.match(first) and len(first.split()) <= 8:
+    if (
+        sep
+        and nxt
+        and (nxt.isupper() or nxt.isdigit())
+        and _HEADING_LINE.match(first)
+        and len(first.split()) <= 8
+    ):
         return [first.strip(), *_split_heading(rest)]
     return [part]
 

@@ -18,5 +18,7 @@ fi
 if [ -f scripts/browser.sh ]; then
   bash scripts/browser.sh || echo "Chromium could not be installed; browser tests will skip." >&2
 fi
+# The static checks first (ruff, formatting, mypy, the import-layer contracts): they fail the run like a test.
+bash scripts/lint.sh
 mkdir -p test-artifacts
 python -m pytest "$@"

@@ -22,7 +22,9 @@ except ImportError:  # `streamlit run ui/app.py` from a source tree that is not 
 
 from ui import icon, services
 
-st.set_page_config(page_title="Policy support bot", page_icon=icon.page_icon(), layout="wide")  # drawn locally
+st.set_page_config(
+    page_title="Policy support bot", page_icon=icon.page_icon(), layout="wide"
+)  # drawn locally
 
 # The page scripts live in ui/views/, not ui/pages/: a folder named "pages" beside the entry script puts Streamlit
 # into its older folder-based multipage mode until st.navigation first runs in the process, so the first visit to

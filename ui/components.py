@@ -171,7 +171,9 @@ def badges_html(trace: dict[str, Any]) -> str:
     elif citations_checked(trace):
         out.append('<span class="rag-badge ok">Citations checked</span>')
     elif unchecked_claims(trace):
-        out.append(f'<span class="rag-badge fail">{len(unchecked_claims(trace))} claim(s) not supported by the evidence</span>')
+        out.append(
+            f'<span class="rag-badge fail">{len(unchecked_claims(trace))} claim(s) not supported by the evidence</span>'
+        )
     return "".join(out)
 
 
@@ -465,7 +467,10 @@ def hops_frame(trace: dict[str, Any]) -> pd.DataFrame:
 
 def hop_stops(trace: dict[str, Any]) -> list[str]:
     """Why each hop stopped, as one line per hop."""
-    return [f"Hop {h.get('hop')}: {h.get('stopped') or 'linked passages; next hop ran'}" for h in trace.get("hops") or []]
+    return [
+        f"Hop {h.get('hop')}: {h.get('stopped') or 'linked passages; next hop ran'}"
+        for h in trace.get("hops") or []
+    ]
 
 
 def citations_frame(trace: dict[str, Any]) -> pd.DataFrame:

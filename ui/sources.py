@@ -219,8 +219,13 @@ def render_source(source: Source, *, page: int | None, passage: str, key: str) -
         shown = min(max(page or 1, 1), total) if total else max(page or 1, 1)
         png, boxes = render_pdf_page(str(source.path), source.path.stat().st_mtime, shown, passage)
         st.caption(
-            f"{source.title} · page {shown}" + (f" of {total}" if total else "")
-            + (" · the cited passage is marked" if boxes else (" · passage not found on this page" if passage else ""))
+            f"{source.title} · page {shown}"
+            + (f" of {total}" if total else "")
+            + (
+                " · the cited passage is marked"
+                if boxes
+                else (" · passage not found on this page" if passage else "")
+            )
         )
         st.image(png, width="stretch")
     elif source.is_text:

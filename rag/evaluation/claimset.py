@@ -60,16 +60,49 @@ def _sentence(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ true: paraphrases
-_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine",
-          10: "ten", 12: "twelve", 14: "fourteen", 15: "fifteen", 20: "twenty", 25: "twenty-five", 30: "thirty",
-          45: "forty-five", 60: "sixty", 90: "ninety"}
+_WORDS = {
+    1: "one",
+    2: "two",
+    3: "three",
+    4: "four",
+    5: "five",
+    6: "six",
+    7: "seven",
+    8: "eight",
+    9: "nine",
+    10: "ten",
+    12: "twelve",
+    14: "fourteen",
+    15: "fifteen",
+    20: "twenty",
+    25: "twenty-five",
+    30: "thirty",
+    45: "forty-five",
+    60: "sixty",
+    90: "ninety",
+}
 _REWORD = [
-    (r"\bmay\b", "can"), (r"\bmust be\b", "has to be"), (r"\bmust\b", "need to"), (r"\bare not\b", "aren't"),
-    (r"\bis not\b", "isn't"), (r"\bdo not\b", "don't"), (r"\bdoes not\b", "doesn't"), (r"\bwill not\b", "won't"),
-    (r"\bcannot\b", "can't"), (r"\bemployees\b", "staff"), (r"\bteam members?\b", "employees"),
-    (r"\bprovide\b", "give"), (r"\bprior to\b", "before"), (r"\bpurchase\b", "buy"), (r"\breceive\b", "get"),
-    (r"\brequired\b", "needed"), (r"\bapproximately\b", "about"), (r"\bimmediately\b", "right away"),
-    (r"\breimbursed\b", "paid back"), (r"\bsubmit\b", "send in"), (r"\bcustomers\b", "shoppers"),
+    (r"\bmay\b", "can"),
+    (r"\bmust be\b", "has to be"),
+    (r"\bmust\b", "need to"),
+    (r"\bare not\b", "aren't"),
+    (r"\bis not\b", "isn't"),
+    (r"\bdo not\b", "don't"),
+    (r"\bdoes not\b", "doesn't"),
+    (r"\bwill not\b", "won't"),
+    (r"\bcannot\b", "can't"),
+    (r"\bemployees\b", "staff"),
+    (r"\bteam members?\b", "employees"),
+    (r"\bprovide\b", "give"),
+    (r"\bprior to\b", "before"),
+    (r"\bpurchase\b", "buy"),
+    (r"\breceive\b", "get"),
+    (r"\brequired\b", "needed"),
+    (r"\bapproximately\b", "about"),
+    (r"\bimmediately\b", "right away"),
+    (r"\breimbursed\b", "paid back"),
+    (r"\bsubmit\b", "send in"),
+    (r"\bcustomers\b", "shoppers"),
 ]
 _FRAMES = ("The policy says that {}", "According to the policy, {}", "Per the handbook, {}", "In short, {}")
 
@@ -79,9 +112,15 @@ def paraphrase(quote: str, key: str) -> str | None:
     text = _sentence(quote)
     out = text
     for pattern, repl in _REWORD:
-        out = re.sub(pattern, repl, out, count=1, flags=re.IGNORECASE) if re.search(pattern, out, re.I) else out
-    out = re.sub(r"\b(\d{1,2})\b(?=\s+(?:days?|weeks?|months?|years?|hours?|minutes?))",
-                 lambda m: _WORDS.get(int(m.group(1)), m.group(1)), out, count=1)
+        out = (
+            re.sub(pattern, repl, out, count=1, flags=re.IGNORECASE) if re.search(pattern, out, re.I) else out
+        )
+    out = re.sub(
+        r"\b(\d{1,2})\b(?=\s+(?:days?|weeks?|months?|years?|hours?|minutes?))",
+        lambda m: _WORDS.get(int(m.group(1)), m.group(1)),
+        out,
+        count=1,
+    )
     if _rank(key + "frame") % 2 == 0:
         body = out[0].lower() + out[1:] if not re.match(r"[A-Z]{2,}|[A-Z][a-z]+[A-Z]", out) else out
         out = _FRAMES[_rank(key) % len(_FRAMES)].format(body)
@@ -90,28 +129,88 @@ def paraphrase(quote: str, key: str) -> str | None:
 
 # ------------------------------------------------------------------------------ false: perturbations
 _NEGATE = [
-    (r"\bare not\b", "are"), (r"\bis not\b", "is"), (r"\bdo not\b", "do"), (r"\bdoes not\b", "does"),
-    (r"\bcannot\b", "can"), (r"\bcan't\b", "can"), (r"\bwill not\b", "will"), (r"\bnot\b", ""),
-    (r"\bnever\b", "always"), (r"\bNo\b", "Some"), (r"\bno\b", "some"), (r"\bdon't\b", "do"),
-    (r"\bmust\b", "must not"), (r"\bmay\b", "may not"), (r"\bcan\b", "cannot"), (r"\bwill\b", "will not"),
-    (r"\bshould\b", "should not"), (r"\bare\b", "are not"), (r"\bis\b", "is not"), (r"\bhas to\b", "does not have to"),
-    (r"\brequires\b", "does not require"), (r"\bneed\b", "do not need"),
+    (r"\bare not\b", "are"),
+    (r"\bis not\b", "is"),
+    (r"\bdo not\b", "do"),
+    (r"\bdoes not\b", "does"),
+    (r"\bcannot\b", "can"),
+    (r"\bcan't\b", "can"),
+    (r"\bwill not\b", "will"),
+    (r"\bnot\b", ""),
+    (r"\bnever\b", "always"),
+    (r"\bNo\b", "Some"),
+    (r"\bno\b", "some"),
+    (r"\bdon't\b", "do"),
+    (r"\bmust\b", "must not"),
+    (r"\bmay\b", "may not"),
+    (r"\bcan\b", "cannot"),
+    (r"\bwill\b", "will not"),
+    (r"\bshould\b", "should not"),
+    (r"\bare\b", "are not"),
+    (r"\bis\b", "is not"),
+    (r"\bhas to\b", "does not have to"),
+    (r"\brequires\b", "does not require"),
+    (r"\bneed\b", "do not need"),
 ]
-_UNITS = [("days", "weeks"), ("day", "week"), ("weeks", "months"), ("week", "month"), ("months", "years"),
-          ("month", "year"), ("hours", "days"), ("hour", "day"), ("minutes", "hours"), ("years", "months"),
-          ("mile", "kilometre"), ("miles", "kilometres"), ("%", " dollars"), ("business days", "calendar days")]
+_UNITS = [
+    ("days", "weeks"),
+    ("day", "week"),
+    ("weeks", "months"),
+    ("week", "month"),
+    ("months", "years"),
+    ("month", "year"),
+    ("hours", "days"),
+    ("hour", "day"),
+    ("minutes", "hours"),
+    ("years", "months"),
+    ("mile", "kilometre"),
+    ("miles", "kilometres"),
+    ("%", " dollars"),
+    ("business days", "calendar days"),
+]
 _CONDITIONS = [  # the first group the checker has a rule for; the second it has none for (held out)
-    ("before", "after"), ("after", "before"), ("at least", "at most"), ("more than", "less than"),
-    ("less than", "more than"), ("full-time", "part-time"), ("part-time", "full-time"), ("first", "last"),
-    ("minimum", "maximum"), ("maximum", "minimum"), ("above", "below"), ("over", "under"), ("always", "never"),
-    ("every", "no"), ("all", "no"), ("international", "domestic"), ("paid", "unpaid"), ("higher", "lower"),
-    ("approved", "rejected"), ("earlier", "later"), ("required", "optional"), ("up to", "at least"),
-    ("annual", "monthly"), ("annually", "monthly"), ("monthly", "annual"), ("daily", "weekly"),
-    ("weekly", "monthly"), ("manager", "director"), ("director", "manager"), ("written", "verbal"),
-    ("inside", "outside"), ("original", "new"), ("receipt", "photo"), ("delivery", "purchase"),
-    ("same", "different"), ("local", "foreign"), ("public", "private"), ("internal", "external"),
+    ("before", "after"),
+    ("after", "before"),
+    ("at least", "at most"),
+    ("more than", "less than"),
+    ("less than", "more than"),
+    ("full-time", "part-time"),
+    ("part-time", "full-time"),
+    ("first", "last"),
+    ("minimum", "maximum"),
+    ("maximum", "minimum"),
+    ("above", "below"),
+    ("over", "under"),
+    ("always", "never"),
+    ("every", "no"),
+    ("all", "no"),
+    ("international", "domestic"),
+    ("paid", "unpaid"),
+    ("higher", "lower"),
+    ("approved", "rejected"),
+    ("earlier", "later"),
+    ("required", "optional"),
+    ("up to", "at least"),
+    ("annual", "monthly"),
+    ("annually", "monthly"),
+    ("monthly", "annual"),
+    ("daily", "weekly"),
+    ("weekly", "monthly"),
+    ("manager", "director"),
+    ("director", "manager"),
+    ("written", "verbal"),
+    ("inside", "outside"),
+    ("original", "new"),
+    ("receipt", "photo"),
+    ("delivery", "purchase"),
+    ("same", "different"),
+    ("local", "foreign"),
+    ("public", "private"),
+    ("internal", "external"),
 ]
-_ENTITY = re.compile(r"\b(?:[A-Z]{2,}[A-Z0-9]*-\d+[A-Z]?|[A-Z]{2,}[A-Z0-9]*|(?<=[a-z,] )[A-Z][a-z]{2,}(?: [A-Z][a-z]+)*)\b")
+_ENTITY = re.compile(
+    r"\b(?:[A-Z]{2,}[A-Z0-9]*-\d+[A-Z]?|[A-Z]{2,}[A-Z0-9]*|(?<=[a-z,] )[A-Z][a-z]{2,}(?: [A-Z][a-z]+)*)\b"
+)
 
 
 def _sub_once(pattern: str, repl: str, text: str) -> str | None:
@@ -148,8 +247,11 @@ def change_number(text: str, key: str) -> str | None:
 def change_unit(text: str) -> str | None:
     for a, b in _UNITS:
         if re.search(rf"\d\s?{re.escape(a)}\b" if a != "%" else r"\d%", text):
-            return _sub_once(rf"(\d\s?){re.escape(a)}\b" if a != "%" else r"(\d)%", rf"\g<1>{b}" if a != "%" else
-                             rf"\g<1>{b}", text)
+            return _sub_once(
+                rf"(\d\s?){re.escape(a)}\b" if a != "%" else r"(\d)%",
+                rf"\g<1>{b}" if a != "%" else rf"\g<1>{b}",
+                text,
+            )
     m = re.search(r"\$(\d)", text)
     return text[: m.start()] + "EUR " + text[m.start() + 1 :] if m else None
 
@@ -193,7 +295,9 @@ def build(sources: dict[str, Path]) -> list[dict[str, Any]]:
     for suite, path in sorted(sources.items()):
         records = [r for r in _jsonl(path) if r.get("evidence")]
         test = split_ids(suite, "test")
-        quotes_of = {r["id"]: [_sentence(e["quote"]) for e in r["evidence"] if e.get("quote")] for r in records}
+        quotes_of = {
+            r["id"]: [_sentence(e["quote"]) for e in r["evidence"] if e.get("quote")] for r in records
+        }
         entities = [m.group(0) for qs in quotes_of.values() for q in qs for m in _ENTITY.finditer(q)]
         ids = sorted(quotes_of)
         for r in records:
@@ -203,14 +307,28 @@ def build(sources: dict[str, Path]) -> list[dict[str, Any]]:
                 continue
             others = [i for i in ids if i != qid]
             distractor = quotes_of[sorted(others, key=lambda i: _rank(qid + i))[0]] if others else []
-            base = {"suite": suite, "qid": qid, "split": "test" if qid in test else "tune",
-                    "passages": [" ".join(quotes), " ".join(distractor)] if distractor else [" ".join(quotes)]}
+            base = {
+                "suite": suite,
+                "qid": qid,
+                "split": "test" if qid in test else "tune",
+                "passages": [" ".join(quotes), " ".join(distractor)] if distractor else [" ".join(quotes)],
+            }
 
-            def add(kind: str, claim: str | None, source: str, label: bool, base: dict[str, Any] = base) -> None:
+            def add(
+                kind: str, claim: str | None, source: str, label: bool, base: dict[str, Any] = base
+            ) -> None:
                 if claim and len(claim.split()) >= 4:
                     n = sum(p["qid"] == base["qid"] and p["suite"] == base["suite"] for p in pairs)
-                    pairs.append({**base, "id": f"{base['suite']}:{base['qid']}:{n}", "kind": kind, "label": label,
-                                  "claim": claim, "source": source})
+                    pairs.append(
+                        {
+                            **base,
+                            "id": f"{base['suite']}:{base['qid']}:{n}",
+                            "kind": kind,
+                            "label": label,
+                            "claim": claim,
+                            "source": source,
+                        }
+                    )
 
             for i, quote in enumerate(quotes):
                 key = f"{suite}:{qid}:{i}"
@@ -224,7 +342,9 @@ def build(sources: dict[str, Path]) -> list[dict[str, Any]]:
                 add("unit", change_unit(start), quote, False)
                 add("entity", swap_entity(start, entities, key), quote, False)
                 add("condition", swap_condition(start, key), quote, False)
-            for sentence in split_sentences(_clean(r.get("answer") or "")) if isinstance(r.get("answer"), str) else []:
+            for sentence in (
+                split_sentences(_clean(r.get("answer") or "")) if isinstance(r.get("answer"), str) else []
+            ):
                 add("answer", _sentence(sentence), "", True)
     return pairs
 
@@ -233,15 +353,32 @@ def build(sources: dict[str, Path]) -> list[dict[str, Any]]:
 def _evidence(passages: Sequence[str], pair_id: str) -> list[Evidence]:
     out = []
     for n, text in enumerate(passages, 1):
-        chunk = Chunk(chunk_id=f"{pair_id}:{n}", doc_id=f"doc{n}", text=text, source=f"doc{n}.md", title="Policy",
-                      section="", page=None, page_end=None, ordinal=n, prev_id=None, next_id=None, groups=("*",),
-                      effective=None, expires=None, tags=(), doc_version="v1", n_tokens=len(text.split()))
+        chunk = Chunk(
+            chunk_id=f"{pair_id}:{n}",
+            doc_id=f"doc{n}",
+            text=text,
+            source=f"doc{n}.md",
+            title="Policy",
+            section="",
+            page=None,
+            page_end=None,
+            ordinal=n,
+            prev_id=None,
+            next_id=None,
+            groups=("*",),
+            effective=None,
+            expires=None,
+            tags=(),
+            doc_version="v1",
+            n_tokens=len(text.split()),
+        )
         out.append(Evidence(n=n, candidate=Candidate(chunk=chunk), bundle_id=n))
     return out
 
 
-def measure(pairs: Sequence[dict[str, Any]], *, embed: Callable[[list[str]], Any] | None = None,
-            old: bool = False) -> dict[str, Any]:
+def measure(
+    pairs: Sequence[dict[str, Any]], *, embed: Callable[[list[str]], Any] | None = None, old: bool = False
+) -> dict[str, Any]:
     """The checker's verdict on every pair (each claim cited [1], as an LLM would cite its passage), summed
     by kind: false claims caught (not judged supported) and contradicted; true claims flagged.
 
@@ -253,7 +390,9 @@ def measure(pairs: Sequence[dict[str, Any]], *, embed: Callable[[list[str]], Any
 
     vectors: dict[str, Any] = {}
     if embed is not None:
-        texts = sorted({t for p in pairs for t in [p["claim"], *(u for x in p["passages"] for u in sentence_units(x))]})
+        texts = sorted(
+            {t for p in pairs for t in [p["claim"], *(u for x in p["passages"] for u in sentence_units(x))]}
+        )
         vectors = dict(zip(texts, embed(texts), strict=True))
 
     def vec(text: str) -> Any:
@@ -277,17 +416,24 @@ def measure(pairs: Sequence[dict[str, Any]], *, embed: Callable[[list[str]], Any
             cites = check_citations(answer, evidence, support=support if embed else None)
             verdict = "supported" if cites and all(c.supported for c in cites) else "unsupported"
         else:
-            checks = check_claims(answer, evidence, support=support if embed else None,
-                                  cosine=cosine if embed else None)
-            verdict = "supported" if checks and all(c.verdict == "supported" for c in checks) else (
-                "contradicted" if any(c.verdict == "contradicted" for c in checks) else "unsupported")
+            checks = check_claims(
+                answer, evidence, support=support if embed else None, cosine=cosine if embed else None
+            )
+            verdict = (
+                "supported"
+                if checks and all(c.verdict == "supported" for c in checks)
+                else ("contradicted" if any(c.verdict == "contradicted" for c in checks) else "unsupported")
+            )
         rows.append({**p, "verdict": verdict})
     out: dict[str, Any] = {"pairs": len(rows), "by_kind": {}}
     for kind in (*TRUE_KINDS, *FALSE_KINDS):
         ks = [r for r in rows if r["kind"] == kind]
         if ks:
-            out["by_kind"][kind] = {"n": len(ks), "not_supported": sum(r["verdict"] != "supported" for r in ks),
-                                    "contradicted": sum(r["verdict"] == "contradicted" for r in ks)}
+            out["by_kind"][kind] = {
+                "n": len(ks),
+                "not_supported": sum(r["verdict"] != "supported" for r in ks),
+                "contradicted": sum(r["verdict"] == "contradicted" for r in ks),
+            }
     false = [r for r in rows if not r["label"]]
     true = [r for r in rows if r["label"] and r["kind"] != "answer"]
     answers = [r for r in rows if r["kind"] == "answer"]
@@ -302,8 +448,11 @@ def measure(pairs: Sequence[dict[str, Any]], *, embed: Callable[[list[str]], Any
     out["true_contradicted"] = rate(sum(r["verdict"] == "contradicted" for r in true), len(true))
     out["answer_flagged"] = rate(sum(r["verdict"] != "supported" for r in answers), len(answers))
     out["answer_contradicted"] = rate(sum(r["verdict"] == "contradicted" for r in answers), len(answers))
-    out["misses"] = [{"kind": r["kind"], "claim": r["claim"], "verdict": r["verdict"], "source": r["source"]}
-                     for r in rows if (r["verdict"] == "supported") != r["label"]]
+    out["misses"] = [
+        {"kind": r["kind"], "claim": r["claim"], "verdict": r["verdict"], "source": r["source"]}
+        for r in rows
+        if (r["verdict"] == "supported") != r["label"]
+    ]
     return out
 
 
@@ -324,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         pairs = build(default_sources(args.shared))
         CLAIMS_PATH.parent.mkdir(parents=True, exist_ok=True)
-        CLAIMS_PATH.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs), encoding="utf-8")
+        CLAIMS_PATH.write_text(
+            "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs), encoding="utf-8"
+        )
         kinds = {k: sum(p["kind"] == k for p in pairs) for k in (*TRUE_KINDS, *FALSE_KINDS)}
         print(f"{len(pairs)} pairs -> {CLAIMS_PATH}: {kinds}")
     if args.measure:

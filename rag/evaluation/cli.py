@@ -21,9 +21,6 @@ eval_app = typer.Typer(
 )
 
 
-
-
-
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -389,7 +386,15 @@ def qa(
 
 def multihop_table(report: Any) -> Table:
     table = Table(title="Multi-hop evidence (both supporting paragraphs in the final evidence)")
-    for col in ("config", "both", "at least one", "adjacent | both", "answer present", "p50 ms", "hop p50 ms"):
+    for col in (
+        "config",
+        "both",
+        "at least one",
+        "adjacent | both",
+        "answer present",
+        "p50 ms",
+        "hop p50 ms",
+    ):
         table.add_column(col)
 
     def fmt(m: dict[str, Any]) -> str:
@@ -413,7 +418,8 @@ def multihop_table(report: Any) -> Table:
 @user_errors
 def multihop(
     questions: Annotated[
-        Path, typer.Option("--questions", help="HotpotQA-style JSONL (question_text, answers_objects, contexts).")
+        Path,
+        typer.Option("--questions", help="HotpotQA-style JSONL (question_text, answers_objects, contexts)."),
     ],
     data_dir: Annotated[
         Path | None,
@@ -421,7 +427,9 @@ def multihop(
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most N questions.")] = None,
     k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
-    hops: Annotated[int | None, typer.Option("--hops", help="Follow-up hops (default: RAG_MAX_HOPS).")] = None,
+    hops: Annotated[
+        int | None, typer.Option("--hops", help="Follow-up hops (default: RAG_MAX_HOPS).")
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write report.json and rows/results per configuration.")
     ] = None,
@@ -454,8 +462,13 @@ def multihop(
         report = run_multihop(qs, pipeline, configs, progress=update)
     finally:
         stop()
-    report.meta = {"questions": str(questions), "data_dir": str(settings.data_dir), "corpus_records": len(records),
-                   "evidence_k": k or settings.evidence_k, "reranker": pipeline.reranker.name}
+    report.meta = {
+        "questions": str(questions),
+        "data_dir": str(settings.data_dir),
+        "corpus_records": len(records),
+        "evidence_k": k or settings.evidence_k,
+        "reranker": pipeline.reranker.name,
+    }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
@@ -463,7 +476,9 @@ def multihop(
             with open(out / f"rows-{name}.jsonl", "w") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in report.rows[name])
             with open(out / f"results-{name}.jsonl", "w") as fh:
-                fh.writelines(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in report.results[name])
+                fh.writelines(
+                    json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in report.results[name]
+                )
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
@@ -485,16 +500,32 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
     tables: list[Table] = []
     policy = [r for r in report["combined"] if "all_gold" in r]
     if policy:
-        t = Table(title=f"Policy QA, {meta['split']} split, {meta['commit']}: k/n % [95% Wilson]", show_lines=True)
-        for col in ("suite", "all gold in evidence", "best gold at edge", "unanswerable abstained",
-                    "false abstention", "answer accuracy", "invalid cit.", "evidence tok", "p50 ms"):
+        t = Table(
+            title=f"Policy QA, {meta['split']} split, {meta['commit']}: k/n % [95% Wilson]", show_lines=True
+        )
+        for col in (
+            "suite",
+            "all gold in evidence",
+            "best gold at edge",
+            "unanswerable abstained",
+            "false abstention",
+            "answer accuracy",
+            "invalid cit.",
+            "evidence tok",
+            "p50 ms",
+        ):
             t.add_column(col)
         for r in policy:
             t.add_row(
-                r["suite"], _rate_cell(r["all_gold"]), _rate_cell(r["best_gold_at_edge"]),
-                _rate_cell(r["unanswerable_abstained"]), _rate_cell(r["false_abstention"]),
-                _rate_cell(r["answer_accuracy"]), str(r["invalid_citations"]),
-                str(r.get("evidence_tokens_mean", "")), str(r.get("ms_p50", "")),
+                r["suite"],
+                _rate_cell(r["all_gold"]),
+                _rate_cell(r["best_gold_at_edge"]),
+                _rate_cell(r["unanswerable_abstained"]),
+                _rate_cell(r["false_abstention"]),
+                _rate_cell(r["answer_accuracy"]),
+                str(r["invalid_citations"]),
+                str(r.get("evidence_tokens_mean", "")),
+                str(r.get("ms_p50", "")),
             )
         tables.append(t)
     if "hotpotqa" in suites:
@@ -505,8 +536,11 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
         for kind in ("overall", "bridge", "comparison"):
             s = h[kind]
             t.add_row(
-                f"{kind} ({s['questions']})", _rate_cell(s["both_in_evidence"]), _rate_cell(s["at_least_one"]),
-                _rate_cell(s["answer_present"]), f"{s['ms_end_to_end']['p50']:.0f}",
+                f"{kind} ({s['questions']})",
+                _rate_cell(s["both_in_evidence"]),
+                _rate_cell(s["at_least_one"]),
+                _rate_cell(s["answer_present"]),
+                f"{s['ms_end_to_end']['p50']:.0f}",
             )
         tables.append(t)
     if "scifact" in suites:
@@ -515,7 +549,11 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
         for col in ("metric", "mean", "95% bootstrap"):
             t.add_column(col)
         for metric in ("ndcg@10", "recall@100"):
-            t.add_row(metric, f"{s[metric]['mean']:.4f}", f"[{s[metric]['ci95'][0]:.3f}, {s[metric]['ci95'][1]:.3f}]")
+            t.add_row(
+                metric,
+                f"{s[metric]['mean']:.4f}",
+                f"[{s[metric]['ci95'][0]:.3f}, {s[metric]['ci95'][1]:.3f}]",
+            )
         tables.append(t)
     if "unanswerable" in suites:
         u = suites["unanswerable"]
@@ -534,25 +572,41 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
 @user_errors
 def suite(
     suites: Annotated[
-        str, typer.Option("--suites", help="Comma-separated: dev,gitlab,sample,scifact,hotpotqa,unanswerable or all.")
+        str,
+        typer.Option(
+            "--suites", help="Comma-separated: dev,gitlab,sample,scifact,hotpotqa,unanswerable or all."
+        ),
     ] = "all",
-    split: Annotated[str, typer.Option("--split", help="tune (for tuning), test (for reporting) or all.")] = "test",
+    split: Annotated[
+        str, typer.Option("--split", help="tune (for tuning), test (for reporting) or all.")
+    ] = "test",
     shared: Annotated[
-        Path | None, typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo.")
+        Path | None,
+        typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo."),
     ] = None,
     work_dir: Annotated[
         Path | None,
-        typer.Option("--work-dir", help="Where each corpus is ingested (kept: re-runs reuse it). Default: <data-dir>/suites."),
+        typer.Option(
+            "--work-dir",
+            help="Where each corpus is ingested (kept: re-runs reuse it). Default: <data-dir>/suites.",
+        ),
     ] = None,
     data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")] = None,
     llm: Annotated[bool, typer.Option("--llm/--no-llm", help="Generate with the configured LLM.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")
+    ] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Keep per-question rows in --json output.")] = False,
     overrides: Annotated[
         list[str] | None,
-        typer.Option("--set", help="A setting for every suite's pipeline, NAME=VALUE (repeatable): a variant to compare."),
+        typer.Option(
+            "--set",
+            help="A setting for every suite's pipeline, NAME=VALUE (repeatable): a variant to compare.",
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")
+    ] = False,
 ) -> None:
     """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
     from rag.evaluation.suite import SUITES, Paths, run_suites, strip_rows
@@ -568,7 +622,11 @@ def suite(
     if any(len(p) != 2 or not p[0].strip() for p in pairs):
         raise ConfigurationError("--set takes NAME=VALUE, e.g. --set evidence_k=10.")
     report = run_suites(
-        chosen, split, paths, options=PipelineOptions(use_llm=llm), log=log,
+        chosen,
+        split,
+        paths,
+        options=PipelineOptions(use_llm=llm),
+        log=log,
         settings_overrides={name.strip(): value for name, value in pairs},
     )
     if out is not None:

@@ -65,7 +65,9 @@ def load_multihop(path: Path) -> tuple[list[MultiHopQuestion], list[dict[str, st
                 span for obj in record.get("answers_objects", []) for span in obj.get("spans", []) if span
             )
             questions.append(
-                MultiHopQuestion(str(record["question_id"]), record["question_text"], answers, tuple(supporting))
+                MultiHopQuestion(
+                    str(record["question_id"]), record["question_text"], answers, tuple(supporting)
+                )
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigurationError(
@@ -144,8 +146,14 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "answer_present": _rate(sum(r["answer_present"] for r in rows), n),
         "abstained": sum(r["abstained"] for r in rows),
         "with_hop_links": sum(r["hop_links"] > 0 for r in rows),
-        "ms_end_to_end": {"p50": round(float(np.percentile(e2e, 50)), 2), "p95": round(float(np.percentile(e2e, 95)), 2)},
-        "ms_hops": {"p50": round(float(np.percentile(hops, 50)), 2), "p95": round(float(np.percentile(hops, 95)), 2)},
+        "ms_end_to_end": {
+            "p50": round(float(np.percentile(e2e, 50)), 2),
+            "p95": round(float(np.percentile(e2e, 95)), 2),
+        },
+        "ms_hops": {
+            "p50": round(float(np.percentile(hops, 50)), 2),
+            "p95": round(float(np.percentile(hops, 95)), 2),
+        },
     }
 
 

@@ -94,7 +94,9 @@ def build(sources: dict[str, list[Path]], scifact_qrels: Path | None = None) -> 
     if scifact_qrels is not None:
         from rag.rerank_train import heldout
 
-        qids = sorted({line.split("\t")[0] for line in scifact_qrels.read_text().splitlines()[1:] if line.strip()})
+        qids = sorted(
+            {line.split("\t")[0] for line in scifact_qrels.read_text().splitlines()[1:] if line.strip()}
+        )
         splits["suites"]["scifact"] = {
             "source": scifact_qrels.name,
             "strata": "rag.rerank_train.heldout (test = held out from reranker training)",
@@ -118,7 +120,9 @@ def split_ids(suite: str, split: str) -> frozenset[str]:
     """The question ids of ``suite`` in ``split`` (``tune``, ``test`` or ``all``)."""
     suites = _load()["suites"]
     if suite not in suites:
-        raise ConfigurationError(f"No split for suite {suite!r}.", hint=f"Known: {', '.join(sorted(suites))}.")
+        raise ConfigurationError(
+            f"No split for suite {suite!r}.", hint=f"Known: {', '.join(sorted(suites))}."
+        )
     if split == "all":
         return frozenset(suites[suite]["tune"]) | frozenset(suites[suite]["test"])
     if split not in SPLITS:

@@ -163,7 +163,9 @@ def cross_questions(paths: Paths, source: str, split: str) -> list[EvalQuestion]
             if str(r["question_id"]) in keep
         ]
     elif source == "scifact":
-        pool = [EvalQuestion(f"x-scifact-{q.qid}", q.text, "unanswerable") for q in scifact_queries(paths, split)]
+        pool = [
+            EvalQuestion(f"x-scifact-{q.qid}", q.text, "unanswerable") for q in scifact_queries(paths, split)
+        ]
     else:
         raise ConfigurationError(f"No questions for {source!r}.")
     pool.sort(key=lambda q: q.id)
@@ -225,7 +227,9 @@ def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     if q.quotes and not q.expects_abstention:
         hits = [covered(g, texts) for g in q.quotes]
         row.update(
-            quotes=len(hits), quotes_covered=sum(hits), all_gold=all(hits),
+            quotes=len(hits),
+            quotes_covered=sum(hits),
+            all_gold=all(hits),
             best_gold_at_edge=best_gold_at_edge(q.quotes[0], evidence),
         )
     return row
@@ -255,9 +259,11 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "invalid_citations": sum(r["invalid_citations"] for r in rows),
         "citations": sum(r["citations"] for r in rows),
         "evidence_tokens_mean": round(statistics.fmean(r["evidence_tokens"] for r in answered), 1)
-        if answered else 0.0,
+        if answered
+        else 0.0,
         "evidence_words_mean": round(statistics.fmean(r["evidence_words"] for r in answered), 1)
-        if answered else 0.0,
+        if answered
+        else 0.0,
         "ms_p50": percentile([r["ms"] for r in rows], 50),
         "ms_p95": percentile([r["ms"] for r in rows], 95),
         "errors": sum(1 for r in rows if r["error"]),
@@ -287,7 +293,9 @@ def run_hotpot(pipeline: Any, records: Sequence[dict[str, Any]], options: Any) -
             str(r["question_id"]),
             r["question_text"],
             tuple(s for o in r.get("answers_objects", []) for s in o.get("spans", []) if s),
-            tuple(paragraph_id(c["title"], c["paragraph_text"]) for c in r["contexts"] if c.get("is_supporting")),
+            tuple(
+                paragraph_id(c["title"], c["paragraph_text"]) for c in r["contexts"] if c.get("is_supporting")
+            ),
         )
         for r in records
     ]
@@ -308,7 +316,10 @@ def run_scifact(data_dir: Path, queries: Sequence[Any]) -> dict[str, Any]:
     out = {"queries": len(rows), "index": result["index"]}
     for metric in ("ndcg@10", "recall@100"):
         vals = [r[metric] for r in rows]
-        out[metric] = {"mean": round(statistics.fmean(vals), 4) if vals else 0.0, "ci95": bootstrap_mean(vals)}
+        out[metric] = {
+            "mean": round(statistics.fmean(vals), 4) if vals else 0.0,
+            "ci95": bootstrap_mean(vals),
+        }
     out["ms_p50"] = result["systems"]["pipeline"].get("ms_p50")
     return out
 
@@ -329,12 +340,16 @@ def ingest_corpus(paths: Paths, corpus: str, log: Log) -> Path:
     inputs = paths.corpus_inputs(corpus)
     missing = [p for p in inputs if not p.exists()]
     if missing:
-        raise ConfigurationError(f"Suite corpus {corpus!r} is missing {missing[0]}.", hint="Pass --shared DIR.")
+        raise ConfigurationError(
+            f"Suite corpus {corpus!r} is missing {missing[0]}.", hint="Pass --shared DIR."
+        )
     started = time.perf_counter()
     # prune: the work dir holds exactly the suite corpus (a corpus moved to another checkout is not kept twice)
     report = ingest([str(p) for p in inputs], load_settings(data_dir=data_dir), prune=True)
     if not report.ok:
-        raise ConfigurationError(f"Ingesting the {corpus} corpus failed; run `rag ingest` on {inputs} to see why.")
+        raise ConfigurationError(
+            f"Ingesting the {corpus} corpus failed; run `rag ingest` on {inputs} to see why."
+        )
     log(f"{corpus}: {report.index_chunks} chunks ready in {time.perf_counter() - started:.1f} s")
     return data_dir
 
@@ -342,7 +357,10 @@ def ingest_corpus(paths: Paths, corpus: str, log: Log) -> Path:
 def git_commit() -> str:
     try:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
             cwd=Path(__file__).parent,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -406,7 +424,9 @@ def run_suites(
                     qs = cross_questions(paths, source, split)
                     log(f"unanswerable: {len(qs)} {source} questions against the {corpus} corpus")
                     results = ask_all(pipeline, qs, options)
-                    cross_rows[f"{source}->{target}"] = [grade_policy(q, r) for q, r in zip(qs, results, strict=True)]
+                    cross_rows[f"{source}->{target}"] = [
+                        grade_policy(q, r) for q, r in zip(qs, results, strict=True)
+                    ]
         finally:
             pipeline.reader.close()
     if "unanswerable" in suites:
@@ -446,38 +466,53 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
     for name in POLICY_SUITES:
         if name in suites:
             s = suites[name]
-            rows.append({
-                "suite": name,
-                "all_gold": s["all_gold"],
-                "best_gold_at_edge": s["best_gold_at_edge"],
-                "unanswerable_abstained": s["unanswerable_abstained"],
-                "false_abstention": s["false_abstention"],
-                "answer_accuracy": s["answer_accuracy"],
-                "invalid_citations": s["invalid_citations"],
-                "evidence_tokens_mean": s["evidence_tokens_mean"],
-                "ms_p50": s["ms_p50"],
-            })
+            rows.append(
+                {
+                    "suite": name,
+                    "all_gold": s["all_gold"],
+                    "best_gold_at_edge": s["best_gold_at_edge"],
+                    "unanswerable_abstained": s["unanswerable_abstained"],
+                    "false_abstention": s["false_abstention"],
+                    "answer_accuracy": s["answer_accuracy"],
+                    "invalid_citations": s["invalid_citations"],
+                    "evidence_tokens_mean": s["evidence_tokens_mean"],
+                    "ms_p50": s["ms_p50"],
+                }
+            )
     policy = [suites[n] for n in POLICY_SUITES if n in suites]
     if len(policy) > 1:
+
         def pooled(key: str) -> dict[str, Any]:
             return rate(sum(s[key]["k"] for s in policy), sum(s[key]["n"] for s in policy))
 
-        rows.append({
-            "suite": "policy (pooled)",
-            **{k: pooled(k) for k in ("all_gold", "best_gold_at_edge", "unanswerable_abstained",
-                                      "false_abstention", "answer_accuracy")},
-            "invalid_citations": sum(s["invalid_citations"] for s in policy),
-        })
+        rows.append(
+            {
+                "suite": "policy (pooled)",
+                **{
+                    k: pooled(k)
+                    for k in (
+                        "all_gold",
+                        "best_gold_at_edge",
+                        "unanswerable_abstained",
+                        "false_abstention",
+                        "answer_accuracy",
+                    )
+                },
+                "invalid_citations": sum(s["invalid_citations"] for s in policy),
+            }
+        )
     if "hotpotqa" in suites:
         h = suites["hotpotqa"]
-        rows.append({
-            "suite": "hotpotqa",
-            "both_supporting": h["overall"]["both_in_evidence"],
-            "bridge_both": h["bridge"]["both_in_evidence"],
-            "comparison_both": h["comparison"]["both_in_evidence"],
-            "answer_present": h["overall"]["answer_present"],
-            "ms_p50": h["overall"]["ms_end_to_end"]["p50"],
-        })
+        rows.append(
+            {
+                "suite": "hotpotqa",
+                "both_supporting": h["overall"]["both_in_evidence"],
+                "bridge_both": h["bridge"]["both_in_evidence"],
+                "comparison_both": h["comparison"]["both_in_evidence"],
+                "answer_present": h["overall"]["answer_present"],
+                "ms_p50": h["overall"]["ms_end_to_end"]["p50"],
+            }
+        )
     if "scifact" in suites:
         rows.append({"suite": "scifact", **{k: suites["scifact"][k] for k in ("ndcg@10", "recall@100")}})
     if "unanswerable" in suites:

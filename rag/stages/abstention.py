@@ -134,9 +134,14 @@ def _states_duration(sentence: str, key: str) -> bool:
 
 
 def _has_number(sentence: str) -> bool:
-    return bool(re.search(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
-                          r"sixty|ninety|hundred|once|twice|annually|weekly|monthly|daily|quarterly)\b",
-                          sentence, re.IGNORECASE))
+    return bool(
+        re.search(
+            r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
+            r"sixty|ninety|hundred|once|twice|annually|weekly|monthly|daily|quarterly)\b",
+            sentence,
+            re.IGNORECASE,
+        )
+    )
 
 
 def missing_answer_type(
@@ -163,6 +168,7 @@ def missing_answer_type(
     topic = set(bm25_tokens(asked)) - _ASKING
     if not topic:
         return None
+
     def states(sentence: str) -> bool:
         if key in _DURATION_UNITS:  # "how many years": a count of years, not "annually"
             return _states_duration(sentence, key)

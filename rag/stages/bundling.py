@@ -208,11 +208,7 @@ def _terms(text: str, title: str) -> frozenset[str]:
 def _is_exception_to(rule: Chunk, other: Chunk, *, from_pool: bool) -> bool:
     """Same document, exception wording, and tied to the rule by its section (or, for a reranked pool
     candidate, by an exceptions heading or a shared topic word in the text)."""
-    if (
-        other.doc_id != rule.doc_id
-        or other.chunk_id == rule.chunk_id
-        or not _has_exception_cue(other.text)
-    ):
+    if other.doc_id != rule.doc_id or other.chunk_id == rule.chunk_id or not _has_exception_cue(other.text):
         return False
     if _terms(rule.section, rule.title) & _terms(other.section, other.title):
         return True

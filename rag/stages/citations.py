@@ -149,7 +149,9 @@ def check_citations(
     """
     by_n = {e.n: e.candidate.chunk for e in evidence}
     parsed = parse_citations(answer)
-    claims = [_claim(s) for s, _ in parsed if not is_sources_line(s) and re.search(r"[^\W\d_]{2,}", _claim(s))]
+    claims = [
+        _claim(s) for s, _ in parsed if not is_sources_line(s) and re.search(r"[^\W\d_]{2,}", _claim(s))
+    ]
 
     def judged(claim: str, chunk: Chunk) -> tuple[float, bool]:
         passage = _passage_text(chunk)
@@ -193,7 +195,11 @@ def repair_citations(
     by_n = {e.n: e.candidate.chunk for e in evidence}
 
     def score(claim: str, chunk: Chunk) -> float:
-        return support(claim, chunk.text) if support is not None else lexical_support(claim, _passage_text(chunk))
+        return (
+            support(claim, chunk.text)
+            if support is not None
+            else lexical_support(claim, _passage_text(chunk))
+        )
 
     def supports(claim: str, chunk: Chunk) -> bool:
         return score(claim, chunk) >= threshold and _numbers(claim) <= _numbers(_passage_text(chunk))

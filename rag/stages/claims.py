@@ -37,7 +37,9 @@ VERDICTS: tuple[Verdict, ...] = ("supported", "unsupported", "contradicted", "un
 Cosine = Callable[[str, Sequence[str]], Sequence[float]]
 
 SUPPORT_THRESHOLD = 0.35  # the citation check's support threshold (passage-level score), kept
-MATCH_THRESHOLD = 0.45  # a sentence this similar to a claim is about the same thing: a conflict with it counts (tune split)
+MATCH_THRESHOLD = (
+    0.45  # a sentence this similar to a claim is about the same thing: a conflict with it counts (tune split)
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class ClaimCheck:
 
 
 # ------------------------------------------------------------------------------------------ splitting
-_ANSWER_PARTICLE = re.compile(r"^\s*(?:yes|no|not yet|correct|right|sure)\b\s*[,.;:!\u2014-]\s*", re.IGNORECASE)
+_ANSWER_PARTICLE = re.compile(
+    r"^\s*(?:yes|no|not yet|correct|right|sure)\b\s*[,.;:!\u2014-]\s*", re.IGNORECASE
+)
 _HAS_WORDS = re.compile(r"[^\W\d_]{2,}")
 _HEADINGS = re.compile(r"^\s*(?:quotes?|answer|sources?)\s*:?\s*$", re.IGNORECASE)
 
@@ -103,20 +107,42 @@ def split_claims(answer: str) -> list[Claim]:
 
 # ------------------------------------------------------------------------------------------ comparison
 _NEG_WORDS = {
-    "not", "no", "never", "cannot", "none", "nothing", "nobody", "neither", "nor", "without", "nowhere",
-    "excluded", "prohibited", "forbidden", "ineligible", "unavailable", "disallowed", "non",
+    "not",
+    "no",
+    "never",
+    "cannot",
+    "none",
+    "nothing",
+    "nobody",
+    "neither",
+    "nor",
+    "without",
+    "nowhere",
+    "excluded",
+    "prohibited",
+    "forbidden",
+    "ineligible",
+    "unavailable",
+    "disallowed",
+    "non",
 }
-_NEG_PREFIX = re.compile(r"^(?:non|un|in|ir|im|il)-?(refundable|returnable|reimbursable|eligible|paid|allowed|"
-                         r"permitted|available|acceptable|transferable|required|necessary|approved)$")
+_NEG_PREFIX = re.compile(
+    r"^(?:non|un|in|ir|im|il)-?(refundable|returnable|reimbursable|eligible|paid|allowed|"
+    r"permitted|available|acceptable|transferable|required|necessary|approved)$"
+)
 _EXCEPTION = re.compile(r"\b(?:except|unless|other than|apart from|excluding|but)\b", re.IGNORECASE)
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?(?:-[a-z]+)*")
 
 # Pairs whose members flip a rule when swapped. Each side is a tuple of patterns (word-bounded, lowercase).
 OPPOSITES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("at least", "minimum", "no less than", "or more", "no fewer than"), ("at most", "maximum", "no more than",
-                                                                            "or less", "up to", "or fewer")),
-    (("more than", "over", "above", "exceeds?", "exceeding", "longer than", "greater than"),
-     ("less than", "under", "below", "fewer than", "shorter than")),
+    (
+        ("at least", "minimum", "no less than", "or more", "no fewer than"),
+        ("at most", "maximum", "no more than", "or less", "up to", "or fewer"),
+    ),
+    (
+        ("more than", "over", "above", "exceeds?", "exceeding", "longer than", "greater than"),
+        ("less than", "under", "below", "fewer than", "shorter than"),
+    ),
     (("before", "prior to", "in advance", "ahead of"), ("after",)),
     (("earliest",), ("latest",)),
     (("always",), ("never",)),
@@ -135,37 +161,136 @@ OPPOSITES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("inside",), ("outside",)),
 )
 _OPPOSITE_RES = tuple(
-    (re.compile(r"\b(?:" + "|".join(a) + r")\b"), re.compile(r"\b(?:" + "|".join(b) + r")\b")) for a, b in OPPOSITES
+    (re.compile(r"\b(?:" + "|".join(a) + r")\b"), re.compile(r"\b(?:" + "|".join(b) + r")\b"))
+    for a, b in OPPOSITES
 )
 
 _NUMBER_WORDS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
-    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
-    "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "once": 1, "twice": 2,
-    "half": 0.5, "single": 1, "double": 2,
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+    "hundred": 100,
+    "once": 1,
+    "twice": 2,
+    "half": 0.5,
+    "single": 1,
+    "double": 2,
 }
 _UNIT_ALIASES = {
-    "day": "day", "days": "day", "week": "week", "weeks": "week", "month": "month", "months": "month",
-    "year": "year", "years": "year", "yr": "year", "yrs": "year", "hour": "hour", "hours": "hour", "hr": "hour",
-    "hrs": "hour", "minute": "minute", "minutes": "minute", "min": "minute", "mins": "minute", "second": "second",
-    "seconds": "second", "mile": "mile", "miles": "mile", "km": "km", "kilometre": "km", "kilometres": "km",
-    "kilometer": "km", "kilometers": "km", "percent": "%", "per cent": "%", "%": "%", "people": "person",
-    "persons": "person", "person": "person", "employees": "person", "members": "person", "times": "times",
-    "characters": "character", "character": "character", "digits": "character", "gb": "gb", "mb": "mb",
-    "nights": "night", "night": "night", "segments": "segment", "usd": "$", "dollars": "$", "eur": "eur",
-    "euros": "eur", "euro": "eur", "€": "eur", "£": "gbp", "$": "$",
+    "day": "day",
+    "days": "day",
+    "week": "week",
+    "weeks": "week",
+    "month": "month",
+    "months": "month",
+    "year": "year",
+    "years": "year",
+    "yr": "year",
+    "yrs": "year",
+    "hour": "hour",
+    "hours": "hour",
+    "hr": "hour",
+    "hrs": "hour",
+    "minute": "minute",
+    "minutes": "minute",
+    "min": "minute",
+    "mins": "minute",
+    "second": "second",
+    "seconds": "second",
+    "mile": "mile",
+    "miles": "mile",
+    "km": "km",
+    "kilometre": "km",
+    "kilometres": "km",
+    "kilometer": "km",
+    "kilometers": "km",
+    "percent": "%",
+    "per cent": "%",
+    "%": "%",
+    "people": "person",
+    "persons": "person",
+    "person": "person",
+    "employees": "person",
+    "members": "person",
+    "times": "times",
+    "characters": "character",
+    "character": "character",
+    "digits": "character",
+    "gb": "gb",
+    "mb": "mb",
+    "nights": "night",
+    "night": "night",
+    "segments": "segment",
+    "usd": "$",
+    "dollars": "$",
+    "eur": "eur",
+    "euros": "eur",
+    "euro": "eur",
+    "€": "eur",
+    "£": "gbp",
+    "$": "$",
 }
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-           "november", "december")
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _QUANTITY = re.compile(
     r"(?P<cur>[$€£])?\s?(?P<num>(?<![\d.,])\d+(?:[,.]\d+)*(?![\d])|\b(?:"
     + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
     + r")\b)(?P<ord>st|nd|rd|th\b)?",
     re.IGNORECASE,
 )
-_QUALIFIERS = {"business", "calendar", "working", "consecutive", "full", "paid", "unpaid", "unused", "more",
-               "additional", "extra", "whole", "of", "annual"}
+_QUALIFIERS = {
+    "business",
+    "calendar",
+    "working",
+    "consecutive",
+    "full",
+    "paid",
+    "unpaid",
+    "unused",
+    "more",
+    "additional",
+    "extra",
+    "whole",
+    "of",
+    "annual",
+}
 _PER = {"per", "a", "an", "each", "every"}
 
 
@@ -185,8 +310,12 @@ def quantities(text: str) -> list[Quantity]:
     '45 days' -> (45, 'day'), 'forty-five days' -> (45, 'day'), '15%' -> (15, '%'), '1 March' -> (1, 'march'),
     '$0.70 per mile' -> (0.7, '$/mile'). Ids ('EXP-7', 'L4') are names, not numbers."""
     text = normalize(text).lower()
-    text = re.sub(r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-(one|two|three|four|five|six|"
-                  r"seven|eight|nine)\b", lambda m: str(_NUMBER_WORDS[m.group(1)] + _NUMBER_WORDS[m.group(2)]), text)
+    text = re.sub(
+        r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-(one|two|three|four|five|six|"
+        r"seven|eight|nine)\b",
+        lambda m: str(_NUMBER_WORDS[m.group(1)] + _NUMBER_WORDS[m.group(2)]),
+        text,
+    )
     out: list[Quantity] = []
     for m in _QUANTITY.finditer(text):
         raw = m.group("num")
@@ -214,7 +343,9 @@ def quantities(text: str) -> list[Quantity]:
         if before and not cur:
             unit = {"usd": "$", "dollar": "$", "dollars": "$", "gbp": "gbp"}.get(before.group(1), "eur")
         if tail:
-            out.append(Quantity(value, tail.group(1) if tail.group(1) in ("am", "pm") else "x", m.group(0).strip()))
+            out.append(
+                Quantity(value, tail.group(1) if tail.group(1) in ("am", "pm") else "x", m.group(0).strip())
+            )
             if tail.group(1).startswith("x"):
                 out.append(Quantity(float(tail.group(1)[1:]), "x", tail.group(0)))
             continue
@@ -247,11 +378,73 @@ def _main_and_exception(sentence: str) -> tuple[str, str]:
 
 _ENTITY = re.compile(r"\b(?:[A-Z]{2,}[A-Z0-9]*-\d+[A-Z]?|[A-Z]{2,}\d*|[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)\b")
 _COMMON_CAPS = {
-    "The", "A", "An", "If", "In", "On", "For", "Yes", "No", "You", "Your", "We", "Our", "It", "This", "That",
-    "They", "Each", "Every", "All", "Any", "After", "Before", "When", "Within", "Employees", "Customers",
-    "Items", "Staff", "Team", "Only", "Not", "To", "As", "At", "By", "From", "Of", "With", "There", "Also",
-    "Then", "So", "Claims", "Meals", "Using", "Unused", "Book", "Submit", "Call", "Ask", "Questions", "Form",
-    "Forms", "Sick", "Office", "New", "I", "Do", "Does", "Can", "May", "Must", "Is", "Are", "Be", "Until",
+    "The",
+    "A",
+    "An",
+    "If",
+    "In",
+    "On",
+    "For",
+    "Yes",
+    "No",
+    "You",
+    "Your",
+    "We",
+    "Our",
+    "It",
+    "This",
+    "That",
+    "They",
+    "Each",
+    "Every",
+    "All",
+    "Any",
+    "After",
+    "Before",
+    "When",
+    "Within",
+    "Employees",
+    "Customers",
+    "Items",
+    "Staff",
+    "Team",
+    "Only",
+    "Not",
+    "To",
+    "As",
+    "At",
+    "By",
+    "From",
+    "Of",
+    "With",
+    "There",
+    "Also",
+    "Then",
+    "So",
+    "Claims",
+    "Meals",
+    "Using",
+    "Unused",
+    "Book",
+    "Submit",
+    "Call",
+    "Ask",
+    "Questions",
+    "Form",
+    "Forms",
+    "Sick",
+    "Office",
+    "New",
+    "I",
+    "Do",
+    "Does",
+    "Can",
+    "May",
+    "Must",
+    "Is",
+    "Are",
+    "Be",
+    "Until",
 }
 
 
@@ -303,10 +496,14 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
         if any(_same(q, s) for s in sq):
             continue
         same_unit = [s for s in sq if s.unit and s.unit == q.unit]
-        same_value = [s for s in sq if abs(s.value - q.value) < 1e-9 and s.unit != q.unit and s.unit and q.unit]
+        same_value = [
+            s for s in sq if abs(s.value - q.value) < 1e-9 and s.unit != q.unit and s.unit and q.unit
+        ]
         if same_value:
-            out.append(f"unit: the claim says '{q.text}' ({q.unit}), the passage '{same_value[0].text}' "
-                       f"({same_value[0].unit})")
+            out.append(
+                f"unit: the claim says '{q.text}' ({q.unit}), the passage '{same_value[0].text}' "
+                f"({same_value[0].unit})"
+            )
         elif same_unit:
             out.append(f"number: the claim says '{q.text}', the passage '{same_unit[0].text}'")
         elif not q.unit and sq:
@@ -321,8 +518,10 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
         if (ca > sa and cb < sb) or (cb > sb and ca < sa):
             claim_re, passage_re = (a, b) if ca > sa else (b, a)
             cx, sy = claim_re.search(cl), passage_re.search(sl)
-            out.append(f"condition: the claim says '{cx.group(0) if cx else ''}', the passage "
-                       f"'{sy.group(0) if sy else ''}'")
+            out.append(
+                f"condition: the claim says '{cx.group(0) if cx else ''}', the passage "
+                f"'{sy.group(0) if sy else ''}'"
+            )
     # Swapped names and ids: the claim names one the sentence lacks, where the sentence names another.
     ce, se = entities(body), entities(sentence)
     missing = sorted(e for e in ce if e not in sentence and e not in context)  # names keep their capitals
@@ -340,7 +539,9 @@ def _content(text: str) -> set[str]:
     return {t for t in bm25_tokens(text) if not t[0].isdigit() and t not in _NOT_CONTENT}
 
 
-def sentence_similarity(claim: str, sentences: Sequence[str], cosine: Sequence[float] | None = None) -> list[float]:
+def sentence_similarity(
+    claim: str, sentences: Sequence[str], cosine: Sequence[float] | None = None
+) -> list[float]:
     """How much each sentence is about what the claim says: content-word overlap (numbers and negations left out,
     so '90 days' and 'not' do not decide which sentence to compare with), blended with the cosine when given."""
     c = _content(claim)
@@ -367,8 +568,9 @@ def _passage(e: Evidence) -> str:
     return f"{c.title}\n{c.section}\n{c.text}"
 
 
-def _best_match(claim: str, e: Evidence, context: str, cosine: Cosine | None,
-                support: Callable[[str, str], float] | None) -> _Match:
+def _best_match(
+    claim: str, e: Evidence, context: str, cosine: Cosine | None, support: Callable[[str, str], float] | None
+) -> _Match:
     chunk = e.candidate.chunk
     units = sentence_units(chunk.text) or [chunk.text]
     cos = cosine(claim, units) if cosine is not None else None
@@ -414,33 +616,84 @@ def check_claims(
             and closest.similarity >= match_threshold
             and (best_hold is None or closest.similarity >= best_hold.similarity)
         ):
-            out.append(ClaimCheck(claim, "contradicted", closest.n, closest.chunk_id, closest.sentence,
-                                  closest.support, "; ".join(closest.conflicts), closest.conflicts))
+            out.append(
+                ClaimCheck(
+                    claim,
+                    "contradicted",
+                    closest.n,
+                    closest.chunk_id,
+                    closest.sentence,
+                    closest.support,
+                    "; ".join(closest.conflicts),
+                    closest.conflicts,
+                )
+            )
             continue
         if best_hold is not None:
             why = f"[{best_hold.n}] holds it" if cited else f"no marker; [{best_hold.n}] holds it"
-            out.append(ClaimCheck(claim, "supported", best_hold.n, best_hold.chunk_id, best_hold.sentence,
-                                  best_hold.support, why, attributed=not cited))
+            out.append(
+                ClaimCheck(
+                    claim,
+                    "supported",
+                    best_hold.n,
+                    best_hold.chunk_id,
+                    best_hold.sentence,
+                    best_hold.support,
+                    why,
+                    attributed=not cited,
+                )
+            )
             continue
         conflicting = [m for m in pool if m.conflicts and m.similarity >= match_threshold]
         if conflicting:
             m = max(conflicting, key=lambda m: m.similarity)
-            out.append(ClaimCheck(claim, "contradicted", m.n, m.chunk_id, m.sentence, m.support,
-                                  "; ".join(m.conflicts), m.conflicts))
+            out.append(
+                ClaimCheck(
+                    claim,
+                    "contradicted",
+                    m.n,
+                    m.chunk_id,
+                    m.sentence,
+                    m.support,
+                    "; ".join(m.conflicts),
+                    m.conflicts,
+                )
+            )
             continue
         verdict: Verdict = "unsupported" if claim.cited else "uncited"
         near = max(pool, key=lambda m: (m.support, -m.n), default=None)
         if near is None:
             reason = "no evidence" if not cited else "cites no passage in the evidence"
-            out.append(ClaimCheck(claim, verdict, None, None, None, 0.0,
-                                  reason if not claim.cited else "cites no passage in the evidence"))
+            out.append(
+                ClaimCheck(
+                    claim,
+                    verdict,
+                    None,
+                    None,
+                    None,
+                    0.0,
+                    reason if not claim.cited else "cites no passage in the evidence",
+                )
+            )
             continue
-        reason = (f"[{near.n}] does not hold it (support {near.support:.2f})" if cited
-                  else "no marker, and no passage holds it")
+        reason = (
+            f"[{near.n}] does not hold it (support {near.support:.2f})"
+            if cited
+            else "no marker, and no passage holds it"
+        )
         if claim.cited and not cited:
             reason = "cites no passage in the evidence"
-        out.append(ClaimCheck(claim, verdict, near.n if cited else None, near.chunk_id if cited else None,
-                              near.sentence, near.support, reason))
+        out.append(
+            ClaimCheck(
+                claim,
+                verdict,
+                near.n if cited else None,
+                near.chunk_id if cited else None,
+                near.sentence,
+                near.support,
+                reason,
+            )
+        )
     return out
 
 

@@ -87,7 +87,9 @@ def _shingle_keys(text: str, size: int = 3) -> np.ndarray:
         return np.zeros(0, dtype=np.uint64)
     h = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
     if len(words) < size:  # a text shorter than ``size`` is one shingle
-        return np.array([np.bitwise_xor.reduce(h[: len(words)] * np.array(_MIX[: len(words)]))], dtype=np.uint64)
+        return np.array(
+            [np.bitwise_xor.reduce(h[: len(words)] * np.array(_MIX[: len(words)]))], dtype=np.uint64
+        )
     n = len(words) - size + 1
     keys = h[:n] * _MIX[0]
     for i in range(1, size):

@@ -68,7 +68,9 @@ def asks_for_number(question: str) -> bool:
     return bool(_ASKS_NUMBER.search(question))
 
 
-_NUMBERING = re.compile(r"^\s*(?:#+\s*)?(?:(?:section|part|chapter)\s+)?(?:\d+(?:\.\d+)*\.?|[a-z]\))?\s*", re.I)
+_NUMBERING = re.compile(
+    r"^\s*(?:#+\s*)?(?:(?:section|part|chapter)\s+)?(?:\d+(?:\.\d+)*\.?|[a-z]\))?\s*", re.I
+)
 _ENDS_SENTENCE = re.compile(r"[.!?;:]\s*$")
 
 
@@ -286,7 +288,9 @@ def extractive_answer(
         if sents[chosen[pos][0]].row:
             continue  # the table row the question asks about is the answer; a near-tie beside it is filler
         said = frozenset().union(*(sents[j].tokens for j in chosen[pos]))
-        bridge = _identifiers(sents[i].text) & set().union(*(_identifiers(sents[j].text) for j in chosen[pos]))
+        bridge = _identifiers(sents[i].text) & set().union(
+            *(_identifiers(sents[j].text) for j in chosen[pos])
+        )
         new = (sents[i].tokens & wanted[pos]) - said
         if compound and sum(1 + (df[t] == 1) for t in new) < 2 and not bridge:
             # In an answer to several questions, a near-tie that adds too little of its part of the question
@@ -313,7 +317,8 @@ def _compose(sents: Sequence[_Sentence], chosen: dict[int, list[int]], uncovered
 
 # ----------------------------------------------------------------------------- does the answer answer?
 _NOT_A_CLAIM = re.compile(
-    r"^\s*(?:Sources?:|The provided evidence does not|I can't answer this|I could not find anything about)", re.I
+    r"^\s*(?:Sources?:|The provided evidence does not|I can't answer this|I could not find anything about)",
+    re.I,
 )
 
 
@@ -341,7 +346,9 @@ def check_addresses(answer: str, intents: Sequence[Intent], *, abstained: bool =
         wanted = set(bm25_tokens(intent.text))
         best, best_sentence = 0.0, ""
         for claim in claims:
-            if asks_for_number(intent.text) and not _HAS_NUMBER.search(re.sub(r"\[\s*\d+[^\]]*\]", "", claim)):
+            if asks_for_number(intent.text) and not _HAS_NUMBER.search(
+                re.sub(r"\[\s*\d+[^\]]*\]", "", claim)
+            ):
                 continue
             shared = len(wanted & set(bm25_tokens(claim)))
             coverage = shared / len(wanted) if wanted else 0.0

@@ -90,7 +90,9 @@ def _sentence_terms(sentence: str) -> tuple[str, ...]:
     found: list[tuple[int, int, str]] = []  # (kind, position, term)
     for m in _QUOTED.finditer(sentence):
         found.append((0, m.start(1), m.group(1).strip()))
-    if any(word in sentence for word in _DEFINING):  # _DEFINED tries ~60 characters from every letter: ~0.3 ms
+    if any(
+        word in sentence for word in _DEFINING
+    ):  # _DEFINED tries ~60 characters from every letter: ~0.3 ms
         for m in _DEFINED.finditer(sentence):
             found.append((0, m.start(1), m.group(1).strip()))
     for m in _IDENTIFIER.finditer(sentence):
@@ -129,9 +131,7 @@ def bridge_terms(question: str, text: str, title: str = "", limit: int = 2, head
     q_tokens = _token_set(question)
     own = q_tokens | _token_set(title) | _token_set(heading)
     sentences = split_sentences(text) or [text]
-    ranked = sorted(
-        range(len(sentences)), key=lambda i: (-len(q_tokens & _token_set(sentences[i])), i)
-    )
+    ranked = sorted(range(len(sentences)), key=lambda i: (-len(q_tokens & _token_set(sentences[i])), i))
     terms: list[str] = []
     seen: set[frozenset[str]] = set()
     for i in ranked:
@@ -168,7 +168,9 @@ def follow_ups(
     seen = {t.casefold() for t in seen_terms}
     for parent in parents:
         chunk = parent.chunk
-        for term in bridge_terms(question, chunk.text, chunk.title, terms_per_passage, _heading(chunk.section)):
+        for term in bridge_terms(
+            question, chunk.text, chunk.title, terms_per_passage, _heading(chunk.section)
+        ):
             if term.casefold() in seen:
                 continue
             seen.add(term.casefold())
@@ -336,7 +338,11 @@ def link_chains(
             continue
         score = _score(best)
         floor = min_ratio * own.get(follow_up.parent_id, float("inf"))
-        if score >= floor and score > own.get(best.chunk_id, float("-inf")) and is_about(follow_up.term, best):
+        if (
+            score >= floor
+            and score > own.get(best.chunk_id, float("-inf"))
+            and is_about(follow_up.term, best)
+        ):
             proposals.append((score, Link(follow_up.parent_id, best, follow_up.term, moved=True)))
     links: list[Link] = []
     per_parent: dict[str, int] = {}

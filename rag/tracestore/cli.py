@@ -137,7 +137,9 @@ def traces_list(
     ] = None,
     feedback: Annotated[
         str | None,
-        typer.Option("--feedback", help="Only answers rated 'up', 'down', rated at all ('any'), or not ('none')."),
+        typer.Option(
+            "--feedback", help="Only answers rated 'up', 'down', rated at all ('any'), or not ('none')."
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
     as_json: JsonOption = False,

@@ -167,24 +167,48 @@ def test_grading_follows_the_reference_grader() -> None:
 
 
 def test_side_metrics_report_wilson_intervals_and_sizes() -> None:
-    rows = [{"all_gold": True, "quotes": 2, "of": 2, "edge": True}, {"all_gold": False, "quotes": 0, "of": 1, "edge": False}]
+    rows = [
+        {"all_gold": True, "quotes": 2, "of": 2, "edge": True},
+        {"all_gold": False, "quotes": 0, "of": 1, "edge": False},
+    ]
     m = peer.side_metrics(rows, [(2, 100, 130), (4, 300, 390)])
     assert m["all_gold"]["k"] == 1 and m["all_gold"]["n"] == 2 and m["all_gold"]["rate"] == 0.5
     low, high = m["all_gold"]["wilson95"]
     assert 0.0 < low < 0.5 < high < 1.0
     assert m["quotes_covered"] == {"k": 2, "n": 3} and m["best_gold_at_edge"] == {"k": 1, "n": 2}
-    assert (m["evidence_passages_mean"], m["evidence_words_mean"], m["evidence_tokens_mean"]) == (3.0, 200.0, 260.0)
+    assert (m["evidence_passages_mean"], m["evidence_words_mean"], m["evidence_tokens_mean"]) == (
+        3.0,
+        200.0,
+        260.0,
+    )
     paired = peer.paired_all_gold(rows, [{"all_gold": True}, {"all_gold": True}])
-    assert paired["only_ours"] == 0 and paired["only_theirs"] == 1 and paired["ratio_all_gold_ours_over_theirs"] == 0.5
+    assert (
+        paired["only_ours"] == 0
+        and paired["only_theirs"] == 1
+        and paired["ratio_all_gold_ours_over_theirs"] == 0.5
+    )
 
 
 def _questions() -> list[peer.SuiteQuestion]:
     rows = [
         {"id": "a", "type": "single", "question": "Q a?", "evidence": [{"file": "open.pdf", "quote": "x"}]},
-        {"id": "b", "type": "single", "question": "Q b?", "evidence": [{"file": "hr.pdf", "quote": "y"}],
-         "user": "hana", "groups": ["staff", "hr"], "as_of": "2023-06-01"},
-        {"id": "c", "type": "restricted", "question": "Q c?", "evidence": [{"file": "hr.pdf", "quote": "y"}],
-         "user": "alice", "groups": ["staff"]},
+        {
+            "id": "b",
+            "type": "single",
+            "question": "Q b?",
+            "evidence": [{"file": "hr.pdf", "quote": "y"}],
+            "user": "hana",
+            "groups": ["staff", "hr"],
+            "as_of": "2023-06-01",
+        },
+        {
+            "id": "c",
+            "type": "restricted",
+            "question": "Q c?",
+            "evidence": [{"file": "hr.pdf", "quote": "y"}],
+            "user": "alice",
+            "groups": ["staff"],
+        },
         {"id": "d", "type": "unanswerable", "question": "Q d?", "evidence": []},
     ]
     return [peer.suite_question(r) for r in rows]
@@ -234,12 +258,40 @@ def test_ours_reuses_the_suite_cache_only_when_it_holds_an_index(tmp_path: Path)
     assert peer.ours_data_dir("dev", tmp_path / "work", cache) == cache / "dev"
 
 
-USERS_KEYS = {"mode", "date", "commit", "haystack", "machine", "load_average_at_start", "load_average_at_end",
-              "split", "settings", "peer_pipeline", "suites", "seconds"}
-SUITE_KEYS = {"split", "questions_in_split", "graded", "excluded", "corpus", "ours", "haystack", "systems",
-              "latency_ms", "per_question"}
-SYSTEM_KEYS = {"all_gold", "quotes_covered", "best_gold_at_edge", "evidence_passages_mean", "evidence_words_mean",
-               "evidence_tokens_mean"}
+USERS_KEYS = {
+    "mode",
+    "date",
+    "commit",
+    "haystack",
+    "machine",
+    "load_average_at_start",
+    "load_average_at_end",
+    "split",
+    "settings",
+    "peer_pipeline",
+    "suites",
+    "seconds",
+}
+SUITE_KEYS = {
+    "split",
+    "questions_in_split",
+    "graded",
+    "excluded",
+    "corpus",
+    "ours",
+    "haystack",
+    "systems",
+    "latency_ms",
+    "per_question",
+}
+SYSTEM_KEYS = {
+    "all_gold",
+    "quotes_covered",
+    "best_gold_at_edge",
+    "evidence_passages_mean",
+    "evidence_words_mean",
+    "evidence_tokens_mean",
+}
 
 
 @pytest.mark.slow

@@ -16,14 +16,27 @@ from benchmarks import retrieval, scaling
 from benchmarks.metrics import load_qrels, ndcg_at, recall_at
 
 CORPUS = [
-    {"_id": "d1", "title": "Annual leave", "text": "Employees receive 25 days of paid annual leave per calendar year. "
-     "Unused leave may be carried over to the next year."},
-    {"_id": "d2", "title": "Remote work", "text": "Staff may work remotely up to three days a week with the "
-     "approval of their manager."},
-    {"_id": "d3", "title": "Expense claims", "text": "Travel expenses must be claimed within 30 days, with the "
-     "receipts attached to the claim."},
-    {"_id": "d4", "title": "Passwords", "text": "Passwords must be at least 14 characters long and must never be "
-     "shared with anyone."},
+    {
+        "_id": "d1",
+        "title": "Annual leave",
+        "text": "Employees receive 25 days of paid annual leave per calendar year. "
+        "Unused leave may be carried over to the next year.",
+    },
+    {
+        "_id": "d2",
+        "title": "Remote work",
+        "text": "Staff may work remotely up to three days a week with the approval of their manager.",
+    },
+    {
+        "_id": "d3",
+        "title": "Expense claims",
+        "text": "Travel expenses must be claimed within 30 days, with the receipts attached to the claim.",
+    },
+    {
+        "_id": "d4",
+        "title": "Passwords",
+        "text": "Passwords must be at least 14 characters long and must never be shared with anyone.",
+    },
 ]
 QUERIES = {
     "q1": "How many days of annual leave do employees get?",
@@ -73,7 +86,9 @@ def test_qrels_load_with_or_without_header(tmp_path: Path) -> None:
 def beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("beir")
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in CORPUS))
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in QUERIES.items()))
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in QUERIES.items())
+    )
     (root / "qrels.tsv").write_text(QRELS)
     return root
 
@@ -88,10 +103,19 @@ def beir_index(beir: Path, embedder) -> Path:  # type: ignore[no-untyped-def]
 def test_retrieval_benchmark_reports_every_system(
     beir: Path, beir_index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    retrieval.main([
-        "--corpus", str(beir / "corpus.jsonl"), "--queries", str(beir / "queries.jsonl"),
-        "--qrels", str(beir / "qrels.tsv"), "--data-dir", str(beir_index), "--json",
-    ])
+    retrieval.main(
+        [
+            "--corpus",
+            str(beir / "corpus.jsonl"),
+            "--queries",
+            str(beir / "queries.jsonl"),
+            "--qrels",
+            str(beir / "qrels.tsv"),
+            "--data-dir",
+            str(beir_index),
+            "--json",
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["ingestion"]["reused"] is True  # the unchanged corpus is not ingested again
     assert result["queries"] == 4  # q5, q6 have no qrels; q2's grade-0 document is not relevant
@@ -140,7 +164,9 @@ def test_scaling_benchmark_builds_queries_and_reports(
     assert f["floor_all_calls_ms_p50"] > 0 and f["reranked_pairs_p50"] > 0
     scaling._save(work, "floor", "7", f)
     # the pipeline reranking with a cross-encoder, timed against that model's forward time for the same pairs
-    ce = scaling.measure_floor(data_dir, questions[:3], repeats=1, cross_encoder=None, rerank_with=tiny_cross_encoder_dir)
+    ce = scaling.measure_floor(
+        data_dir, questions[:3], repeats=1, cross_encoder=None, rerank_with=tiny_cross_encoder_dir
+    )
     assert ce["reranker"] == f"cross-encoder:{tiny_cross_encoder_dir.name}"
     assert ce["reranked_pairs_p50"] > 0 and ce["floor_all_calls_ms_p50"] > 0 and ce["ratio_to_all_calls"] > 0
     scaling._save(work, "floor", "7-cross-encoder", ce)

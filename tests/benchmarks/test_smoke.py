@@ -11,7 +11,9 @@ from benchmarks import query as query_bench
 def test_ingest_benchmark_reports_speed_and_reingest(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "a.md").write_text("# Leave\n\nEmployees receive 25 days of paid annual leave per calendar year.\n")
+    (docs / "a.md").write_text(
+        "# Leave\n\nEmployees receive 25 days of paid annual leave per calendar year.\n"
+    )
     result = ingest_bench.run([str(docs)], tmp_path / "data")
     assert result["files"] == 1 and result["failed"] == 0 and result["chunks"] >= 1
     assert result["reingest_embedded"] == 0
@@ -20,7 +22,13 @@ def test_ingest_benchmark_reports_speed_and_reingest(tmp_path: Path) -> None:
 
 
 def test_query_benchmark_reports_every_stage(sample_data_dir: Path) -> None:
-    questions = [{"question": "How many days does a customer have to return an item?", "user": "a", "groups": ["staff"]}]
+    questions = [
+        {
+            "question": "How many days does a customer have to return an item?",
+            "user": "a",
+            "groups": ["staff"],
+        }
+    ]
     result = query_bench.run(sample_data_dir, questions, repeats=1)
     assert result["queries"] == 1
     assert {"retrieve", "rerank", "pack", "generate"} <= set(result["stages_ms"])

@@ -38,10 +38,20 @@ def record(qid: str, question: str, answer: str, supporting: list[str], others: 
 def questions(tmp_path: Path) -> Path:
     path = tmp_path / "hotpot.jsonl"
     rows = [
-        record("q1", "Who is older, Ferdi Taygan or Mahesh Bhupathi?", "Ferdi Taygan",
-               ["Ferdi Taygan", "Mahesh Bhupathi"], ["1983 Volvo International"]),
-        record("q2", "Which dog is a giant breed, the Leonberger or the Basset Hound?", "Leonberger",
-               ["Leonberger", "Basset Hound"], ["Dachshund"]),
+        record(
+            "q1",
+            "Who is older, Ferdi Taygan or Mahesh Bhupathi?",
+            "Ferdi Taygan",
+            ["Ferdi Taygan", "Mahesh Bhupathi"],
+            ["1983 Volvo International"],
+        ),
+        record(
+            "q2",
+            "Which dog is a giant breed, the Leonberger or the Basset Hound?",
+            "Leonberger",
+            ["Leonberger", "Basset Hound"],
+            ["Dachshund"],
+        ),
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -69,12 +79,18 @@ def test_grading_both_adjacent_and_answer(questions: Path) -> None:
     a, b = q.supporting
 
     def result(order: list[str], answer: str = "") -> dict:  # type: ignore[type-arg]
-        return {"evidence": [{"n": i + 1, "doc_id": d} for i, d in enumerate(order)], "answer": answer,
-                "timings_ms": {"retrieve": 10.0, "hop_1": 5.0, "generate": 99.0, "total": 114.0}, "hops": []}
+        return {
+            "evidence": [{"n": i + 1, "doc_id": d} for i, d in enumerate(order)],
+            "answer": answer,
+            "timings_ms": {"retrieve": 10.0, "hop_1": 5.0, "generate": 99.0, "total": 114.0},
+            "hops": [],
+        }
 
     row = grade(q, result([a, b, "x"], "Ferdi Taygan is older."))
     assert row["both"] and row["adjacent"] and row["answer_present"]
-    assert row["ms_end_to_end"] == 15.0 and row["ms_hops"] == 5.0, "the generator is not part of the query time"
+    assert row["ms_end_to_end"] == 15.0 and row["ms_hops"] == 5.0, (
+        "the generator is not part of the query time"
+    )
     apart = grade(q, result([a, "x", b]))
     assert apart["both"] and not apart["adjacent"] and not apart["answer_present"]
     one = grade(q, result(["x", b]))
@@ -91,8 +107,19 @@ def test_answer_match_ignores_case_and_punctuation() -> None:
 
 def test_command_ingests_the_pool_and_compares_hops(questions: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    res = CliRunner().invoke(eval_app, ["multihop", "--questions", str(questions), "--data-dir", str(data),
-                                        "--json", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(
+        eval_app,
+        [
+            "multihop",
+            "--questions",
+            str(questions),
+            "--data-dir",
+            str(data),
+            "--json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(res.output.strip().splitlines()[-1])
     assert set(report["configs"]) == {"no_hop", "hops=1"}
@@ -101,5 +128,10 @@ def test_command_ingests_the_pool_and_compares_hops(questions: Path, tmp_path: P
         assert summary["both_in_evidence"]["k"] == 2, "both compared subjects are retrieved"
         assert summary["adjacent_when_both"]["k"] == 2, "and packed side by side"
     assert (tmp_path / "out" / "rows-no_hop.jsonl").exists()
-    again = CliRunner().invoke(eval_app, ["multihop", "--questions", str(questions), "--data-dir", str(data), "--json"])
-    assert again.exit_code == 0 and json.loads(again.output.strip().splitlines()[-1])["meta"]["corpus_records"] == 6
+    again = CliRunner().invoke(
+        eval_app, ["multihop", "--questions", str(questions), "--data-dir", str(data), "--json"]
+    )
+    assert (
+        again.exit_code == 0
+        and json.loads(again.output.strip().splitlines()[-1])["meta"]["corpus_records"] == 6
+    )

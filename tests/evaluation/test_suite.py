@@ -65,11 +65,27 @@ def test_hotpot_kind() -> None:
             "contexts": [{"title": t, "is_supporting": True} for t in titles],
         }
 
-    assert hotpot_kind(record("Who is older, Ferdi Taygan or Mahesh Bhupathi?", "Ferdi Taygan",
-                              ("Ferdi Taygan", "Mahesh Bhupathi"))) == "comparison"
+    assert (
+        hotpot_kind(
+            record(
+                "Who is older, Ferdi Taygan or Mahesh Bhupathi?",
+                "Ferdi Taygan",
+                ("Ferdi Taygan", "Mahesh Bhupathi"),
+            )
+        )
+        == "comparison"
+    )
     assert hotpot_kind(record("Are A and B both magazines?", "yes", ("A", "B"))) == "comparison"
-    assert hotpot_kind(record("The director of Ed Wood (film) was born in which city?", "Burbank",
-                              ("Ed Wood (film)", "Tim Burton"))) == "bridge"
+    assert (
+        hotpot_kind(
+            record(
+                "The director of Ed Wood (film) was born in which city?",
+                "Burbank",
+                ("Ed Wood (film)", "Tim Burton"),
+            )
+        )
+        == "bridge"
+    )
 
 
 def test_cross_pairs_never_ask_a_handbook_another_handbooks_questions() -> None:
@@ -80,17 +96,59 @@ def test_cross_pairs_never_ask_a_handbook_another_handbooks_questions() -> None:
 
 def test_summarise_policy_counts_as_the_reference_grader() -> None:
     rows = [
-        {"id": "a", "type": "single", "answerable": True, "unanswerable": False, "abstained": False,
-         "correct": True, "has_gold_answer": True, "citations": 1, "invalid_citations": 0,
-         "evidence_tokens": 100, "evidence_words": 80, "ms": 10.0, "error": None,
-         "quotes": 2, "quotes_covered": 1, "all_gold": False, "best_gold_at_edge": True},
-        {"id": "b", "type": "single", "answerable": True, "unanswerable": False, "abstained": True,
-         "correct": False, "has_gold_answer": True, "citations": 0, "invalid_citations": 0,
-         "evidence_tokens": 0, "evidence_words": 0, "ms": 20.0, "error": None,
-         "quotes": 1, "quotes_covered": 1, "all_gold": True, "best_gold_at_edge": False},
-        {"id": "nm-1", "type": "unanswerable", "answerable": False, "unanswerable": True, "abstained": True,
-         "correct": True, "has_gold_answer": False, "citations": 1, "invalid_citations": 1,
-         "evidence_tokens": 0, "evidence_words": 0, "ms": 30.0, "error": None},
+        {
+            "id": "a",
+            "type": "single",
+            "answerable": True,
+            "unanswerable": False,
+            "abstained": False,
+            "correct": True,
+            "has_gold_answer": True,
+            "citations": 1,
+            "invalid_citations": 0,
+            "evidence_tokens": 100,
+            "evidence_words": 80,
+            "ms": 10.0,
+            "error": None,
+            "quotes": 2,
+            "quotes_covered": 1,
+            "all_gold": False,
+            "best_gold_at_edge": True,
+        },
+        {
+            "id": "b",
+            "type": "single",
+            "answerable": True,
+            "unanswerable": False,
+            "abstained": True,
+            "correct": False,
+            "has_gold_answer": True,
+            "citations": 0,
+            "invalid_citations": 0,
+            "evidence_tokens": 0,
+            "evidence_words": 0,
+            "ms": 20.0,
+            "error": None,
+            "quotes": 1,
+            "quotes_covered": 1,
+            "all_gold": True,
+            "best_gold_at_edge": False,
+        },
+        {
+            "id": "nm-1",
+            "type": "unanswerable",
+            "answerable": False,
+            "unanswerable": True,
+            "abstained": True,
+            "correct": True,
+            "has_gold_answer": False,
+            "citations": 1,
+            "invalid_citations": 1,
+            "evidence_tokens": 0,
+            "evidence_words": 0,
+            "ms": 30.0,
+            "error": None,
+        },
     ]
     s = suite_mod.summarise_policy(rows)
     assert (s["all_gold"]["k"], s["all_gold"]["n"]) == (1, 2)
@@ -107,18 +165,35 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
 def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
     res = runner.invoke(
         eval_app,
-        ["suite", "--suites", "sample", "--split", "test", "--work-dir", str(tmp_path / "w"),
-         "--data-dir", str(tmp_path / "d"), "--json"],
+        [
+            "suite",
+            "--suites",
+            "sample",
+            "--split",
+            "test",
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--json",
+        ],
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["meta"]["split"] == "test" and data["meta"]["suites"] == ["sample"]
     s = data["suites"]["sample"]
     test_ids = split_ids("sample", "test")
-    assert s["questions"] == len(test_ids) + len(split_ids("near_miss_sample", "test") if
-                                                 (suite_mod.NEAR_MISS_DIR / "sample.jsonl").is_file() else ())
+    assert s["questions"] == len(test_ids) + len(
+        split_ids("near_miss_sample", "test") if (suite_mod.NEAR_MISS_DIR / "sample.jsonl").is_file() else ()
+    )
     assert "rows" not in s  # --rows keeps them
-    for key in ("all_gold", "best_gold_at_edge", "unanswerable_abstained", "false_abstention", "answer_accuracy"):
+    for key in (
+        "all_gold",
+        "best_gold_at_edge",
+        "unanswerable_abstained",
+        "false_abstention",
+        "answer_accuracy",
+    ):
         m = s[key]
         assert 0 <= m["ci95"][0] <= (m["rate"] or 0) <= m["ci95"][1] <= 1
     # the sample corpus answers its own questions: a real floor, not a tautology
@@ -129,15 +204,26 @@ def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
 def test_suites_that_need_shared_data_say_so(tmp_path: Path) -> None:
     res = runner.invoke(
         eval_app,
-        ["suite", "--suites", "gitlab", "--shared", str(tmp_path / "nowhere"), "--work-dir", str(tmp_path / "w"),
-         "--data-dir", str(tmp_path / "d")],
+        [
+            "suite",
+            "--suites",
+            "gitlab",
+            "--shared",
+            str(tmp_path / "nowhere"),
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
     )
     assert res.exit_code != 0
     assert "shared data" in res.output and "--suites sample" in res.output
 
 
 def test_unknown_suite_is_a_clear_error(tmp_path: Path) -> None:
-    res = runner.invoke(eval_app, ["suite", "--suites", "nope", "--work-dir", str(tmp_path), "--data-dir", str(tmp_path)])
+    res = runner.invoke(
+        eval_app, ["suite", "--suites", "nope", "--work-dir", str(tmp_path), "--data-dir", str(tmp_path)]
+    )
     assert res.exit_code != 0 and "Unknown suite 'nope'" in res.output
 
 
@@ -145,7 +231,11 @@ def test_corpora_for_opens_only_what_the_chosen_suites_need() -> None:
     assert suite_mod.corpora_for(["sample"]) == ["sample"]
     # unanswerables beside other suites ask only those suites' corpora (no 10k-chunk SciFact ingest by surprise)
     assert suite_mod.corpora_for(["dev", "gitlab", "sample", "hotpotqa", "unanswerable"]) == [
-        "sample", "dev", "gitlab", "hotpotqa"]
+        "sample",
+        "dev",
+        "gitlab",
+        "hotpotqa",
+    ]
     assert suite_mod.corpora_for(["unanswerable"]) == ["sample", "dev", "gitlab", "hotpotqa", "scifact"]
     assert "scifact" in suite_mod.corpora_for(list(suite_mod.SUITES))
 

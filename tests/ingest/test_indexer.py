@@ -44,7 +44,13 @@ def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, 
     snapshot = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
 
     again = ingest([str(docs)], settings, embedder=embedder)
-    assert again.totals == {"indexed": 0, "unchanged": 2, "removed": 0, "failed": 0, "chunks": first.totals["chunks"]}
+    assert again.totals == {
+        "indexed": 0,
+        "unchanged": 2,
+        "removed": 0,
+        "failed": 0,
+        "chunks": first.totals["chunks"],
+    }
     assert again.embedded == 0 and not again.published
     assert current_generation(data) == gen
     after = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file() and p.name != "ingest.lock"}
@@ -161,11 +167,15 @@ def test_kill_9_mid_run_keeps_the_old_index_and_a_rerun_completes(tmp_path: Path
     ingest([str(docs)], settings, embedder=embedder)
     published = current_generation(data)
     for i in range(40):
-        (docs / f"extra{i}.md").write_text(f"# Extra policy {i}\n\n" + f"Rule {i} says item {i} costs {i} dollars. " * 30)
+        (docs / f"extra{i}.md").write_text(
+            f"# Extra policy {i}\n\n" + f"Rule {i} says item {i} costs {i} dollars. " * 30
+        )
 
     victim = subprocess.Popen(
         [sys.executable, "-m", "ingest", str(docs), "--data-dir", str(data)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     # wait until it is busy building (embedding cache file or a temporary generation appears), then kill -9

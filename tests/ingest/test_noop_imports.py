@@ -12,7 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "sentence_transformers", "transformers", "qdrant_client", "matplotlib", "sqlalchemy", "streamlit")
+HEAVY = (
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "qdrant_client",
+    "matplotlib",
+    "sqlalchemy",
+    "streamlit",
+)
 # `rag` as its console script runs it: rag.cli.main() with the arguments after the program name
 RAG = "import sys; from rag.cli import main; main()"
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +42,18 @@ def test_a_noop_reingest_imports_no_model_or_vector_store_library(
     data_dir = tmp_path / "data"
     shutil.copytree(sample_data_dir, data_dir)  # the sample corpus, already ingested
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", RAG, "ingest", str(sample_pdfs), "--data-dir", str(data_dir), "--json"],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            RAG,
+            "ingest",
+            str(sample_pdfs),
+            "--data-dir",
+            str(data_dir),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

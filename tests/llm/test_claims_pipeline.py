@@ -71,7 +71,9 @@ def test_a_repair_that_fixes_the_claim_is_served_and_traced(sample_data_dir: Pat
     def fixed(body: dict[str, Any]) -> Reply:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         n = _passage_n(user, "Gift cards are not refundable")
-        return Reply(text=f"No. Gift cards are not refundable, except where required by law [{n}].\nSources: [{n}]")
+        return Reply(
+            text=f"No. Gift cards are not refundable, except where required by law [{n}].\nSources: [{n}]"
+        )
 
     with FakeOpenAI() as fake:
         fake.queue(Reply(text=ISSUE_ANSWER), fixed)
@@ -93,7 +95,9 @@ def test_a_changed_number_is_contradicted_not_checked(sample_data_dir: Path, emb
         r = _ask(sample_data_dir, embedder, fake, RETURNS)
     detail = _stage(r, "claims")
     first = detail["claims"][0]
-    assert first["verdict"] == "contradicted" and "90 days" in first["reason"] and "45 days" in first["reason"]
+    assert (
+        first["verdict"] == "contradicted" and "90 days" in first["reason"] and "45 days" in first["reason"]
+    )
     # the old citation check passed it: 90 also occurs in that passage ("between 46 and 90 days")
     assert "90 days" not in r["answer"].split("\n\n")[0]
     assert all(c["verdict"] == "supported" for c in r["claims"]) == r["verified"]

@@ -628,7 +628,11 @@ def test_real_local_server_answers_a_grounded_question(tmp_path: Path) -> None:
 def test_an_answer_of_ids_only_is_a_failed_generation(fake: FakeOpenAI) -> None:
     from rag.errors import GenerationError
 
-    for reply in ("Sources: [1], [3]", "[1][3] Sources: [1], [3].", "[1] Policy 1 \u2014 Rules\n[2] Policy 2 \u2014 Rules"):
+    for reply in (
+        "Sources: [1], [3]",
+        "[1][3] Sources: [1], [3].",
+        "[1] Policy 1 \u2014 Rules\n[2] Policy 2 \u2014 Rules",
+    ):
         fake.queue(Reply(text=reply))
         with pytest.raises(GenerationError, match="no sentence of its own"):
             generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard")

@@ -16,7 +16,11 @@ PRINCIPALS = [
     Principal("sam", frozenset({"staff", "security"})),
     Principal("nobody", frozenset()),
 ]
-QUESTIONS = ["What are the salary bands for level L3?", "How many days can I work from abroad?", "SEV1 escalation"]
+QUESTIONS = [
+    "What are the salary bands for level L3?",
+    "How many days can I work from abroad?",
+    "SEV1 escalation",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +32,9 @@ def reader(sample_data_dir: Path) -> IndexReader:
 
 @pytest.mark.parametrize("principal", PRINCIPALS, ids=lambda p: p.user)
 @pytest.mark.parametrize("as_of", [date(2021, 6, 1), date(2026, 6, 1)])
-def test_same_hits_as_qdrants_filtered_search(reader: IndexReader, embedder, principal: Principal, as_of: date) -> None:  # type: ignore[no-untyped-def]
+def test_same_hits_as_qdrants_filtered_search(
+    reader: IndexReader, embedder, principal: Principal, as_of: date
+) -> None:  # type: ignore[no-untyped-def]
     filt = SearchFilter(principal, as_of)
     for question in QUESTIONS:
         vector = embedder.embed_queries([question])[0]
@@ -44,7 +50,10 @@ def test_same_hits_as_qdrants_filtered_search(reader: IndexReader, embedder, pri
 
 def test_nothing_readable_means_no_hits(reader: IndexReader, embedder) -> None:  # type: ignore[no-untyped-def]
     vector = embedder.embed_queries(["anything"])[0]
-    assert reader.search_dense(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10) == []
+    assert (
+        reader.search_dense(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10)
+        == []
+    )
     assert reader.search_dense(vector, SearchFilter(PRINCIPALS[0], date(2026, 6, 1)), 0) == []
 
 

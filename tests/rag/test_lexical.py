@@ -23,9 +23,19 @@ def test_scores_equal_rank_bm25(corpus: list[list[str]], query: list[str]) -> No
 
 
 def test_top_respects_mask_and_order() -> None:
-    corpus = [bm25_tokens(t) for t in [
-        "refund window 45 days", "gift cards are not refundable", "travel per diem", "refund refund",
-        "laptop refresh", "parental leave", "expense claims", "security badge"]]
+    corpus = [
+        bm25_tokens(t)
+        for t in [
+            "refund window 45 days",
+            "gift cards are not refundable",
+            "travel per diem",
+            "refund refund",
+            "laptop refresh",
+            "parental leave",
+            "expense claims",
+            "security badge",
+        ]
+    ]
     index = BM25Index.build(corpus)
     hits = index.top(bm25_tokens("refund"), 10)
     assert [i for i, _ in hits] == [3, 0, 1]  # "refundable" stems to "refund"

@@ -10,7 +10,9 @@ from rag.config import load_settings
 from rag.pipeline import Pipeline, PipelineOptions, Question
 from rag.types import Principal
 
-QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+QUESTION = (
+    "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+)
 DOCS = {
     "Kiss and Tell (1945 film)": "Kiss and Tell is a 1945 American comedy film starring then 17-year-old Shirley "
     "Temple as Corliss Archer. In the film, two teenage girls cause their respective parents much concern when "
@@ -37,7 +39,12 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, embedder) -> Pipeline:  #
 
     root = tmp_path_factory.mktemp("bridge")
     corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": f"b{i}", "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(DOCS.items())))
+    corpus.write_text(
+        "".join(
+            json.dumps({"_id": f"b{i}", "title": t, "text": x}) + "\n"
+            for i, (t, x) in enumerate(DOCS.items())
+        )
+    )
     settings = load_settings(data_dir=root / "data")
     assert ingest([str(corpus)], settings, embedder=embedder).ok
     return Pipeline(settings, embedder=embedder)
@@ -53,7 +60,9 @@ def test_the_second_hop_finds_the_bridged_passage_and_bundles_the_chain(pipeline
     assert "Shirley Temple" not in [e["title"] for e in without["evidence"]], "one hop cannot find her"
     r = ask(pipeline, 1)
     titles = [e["title"] for e in r["evidence"]]
-    assert titles == ["Kiss and Tell (1945 film)", "Shirley Temple"], "chain order: the film, then the actress"
+    assert titles == ["Kiss and Tell (1945 film)", "Shirley Temple"], (
+        "chain order: the film, then the actress"
+    )
     assert len({e["bundle"] for e in r["evidence"]}) == 1 and r["bundles"][0]["reason"] == "chain"
     temple = r["evidence"][1]
     assert temple["hop"] == 1 and temple["added_by"] == "hop_1:Shirley Temple"

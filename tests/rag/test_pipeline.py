@@ -31,7 +31,10 @@ def positions(result: dict, needle: str) -> list[int]:  # type: ignore[type-arg]
 
 
 def test_rule_and_exception_are_adjacent_and_cited(pipeline: Pipeline) -> None:
-    r = ask(pipeline, "A customer bought a gift card 10 days ago. It is inside the 45-day window, so can we refund it?")
+    r = ask(
+        pipeline,
+        "A customer bought a gift card 10 days ago. It is inside the 45-day window, so can we refund it?",
+    )
     rule = positions(r, "return items within 45 days of delivery")
     exception = positions(r, "Gift cards are not refundable")
     assert rule and exception, [e["text"][:60] for e in r["evidence"]]
@@ -45,11 +48,16 @@ def test_rule_and_exception_are_adjacent_and_cited(pipeline: Pipeline) -> None:
 
 @pytest.mark.parametrize("canary", ["CANARY-HR-7731", "salary band"])
 def test_restricted_document_never_reaches_an_outsider(pipeline: Pipeline, canary: str) -> None:
-    for question in ("What are the salary bands for level L3?", "What internal reference code do the pay grades use?"):
+    for question in (
+        "What are the salary bands for level L3?",
+        "What internal reference code do the pay grades use?",
+    ):
         r = ask(pipeline, question)
         blob = json.dumps(r)
         assert "CANARY-HR-7731" not in blob
-        assert all("hr" not in (c.get("source") or "") or "salary" not in c["source"] for c in r["candidates"])
+        assert all(
+            "hr" not in (c.get("source") or "") or "salary" not in c["source"] for c in r["candidates"]
+        )
         assert "salary-bands" not in blob
     allowed = ask(pipeline, "What are the salary bands for level L3?", HANA)
     assert any("salary-bands" in e["source"] for e in allowed["evidence"])
@@ -90,7 +98,10 @@ def test_unanswerable_question_abstains(pipeline: Pipeline, question: str) -> No
 
 def test_the_quoted_answer_is_read_in_its_passage(pipeline: Pipeline) -> None:
     # the sentence that answers stands in the passage about replacements; a reporting deadline alone scores higher
-    r = ask(pipeline, "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?")
+    r = ask(
+        pipeline,
+        "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?",
+    )
     assert "cannot issue a replacement until Form SEC-9 is accepted" in r["answer"], r["answer"]
     assert all(c["valid"] and c["supported"] for c in r["citations"])
 
@@ -118,10 +129,31 @@ def test_citations_point_at_the_position_the_model_saw(pipeline: Pipeline) -> No
 
 def test_result_json_contract(pipeline: Pipeline) -> None:
     r = ask(pipeline, "How long do refunds to cards take?")
-    assert {"trace_id", "answer", "abstained", "intents", "citations", "evidence", "dropped", "timings_ms"} <= set(r)
+    assert {
+        "trace_id",
+        "answer",
+        "abstained",
+        "intents",
+        "citations",
+        "evidence",
+        "dropped",
+        "timings_ms",
+    } <= set(r)
     for e in r["evidence"]:
-        assert {"n", "chunk_id", "doc_id", "source", "page", "section", "text", "bundle", "rerank_rank",
-                "rerank_score", "bm25_rank", "dense_rank"} <= set(e)
+        assert {
+            "n",
+            "chunk_id",
+            "doc_id",
+            "source",
+            "page",
+            "section",
+            "text",
+            "bundle",
+            "rerank_rank",
+            "rerank_score",
+            "bm25_rank",
+            "dense_rank",
+        } <= set(e)
     for c in r["citations"]:
         assert {"n", "chunk_id", "valid", "supported"} <= set(c)
     for d in r["dropped"]:
@@ -132,11 +164,16 @@ def test_result_json_contract(pipeline: Pipeline) -> None:
 
 
 SAM = Principal("sam", frozenset({"staff", "security"}))
-RANSOMWARE = "Our team lead's laptop got ransomware. Who at Security Operations do we page, and on which extension?"
+RANSOMWARE = (
+    "Our team lead's laptop got ransomware. Who at Security Operations do we page, and on which extension?"
+)
 
 
 def test_a_form_named_in_a_rule_is_chained_to_its_deadline(pipeline: Pipeline) -> None:
-    r = ask(pipeline, "How long after I get back from a business trip do I have to submit my travel expense claim?")
+    r = ask(
+        pipeline,
+        "How long after I get back from a business trip do I have to submit my travel expense claim?",
+    )
     deadline = positions(r, "Form EXP-7 must be filed within 30 days")
     assert deadline, [e["text"][:60] for e in r["evidence"]]
     by_n = {e["n"]: e for e in r["evidence"]}
@@ -152,7 +189,9 @@ def test_a_form_named_in_a_rule_is_chained_to_its_deadline(pipeline: Pipeline) -
     assert [d for s in r["stages"] if s["name"] == "bundle" for d in s["detail"]["chains"]]
 
 
-def test_follow_up_queries_never_cross_access_filters(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_follow_up_queries_never_cross_access_filters(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reader = pipeline.reader
     calls: list[tuple[object, list[str]]] = []
     lexical, dense = reader.search_lexical, reader.search_dense
@@ -167,7 +206,10 @@ def test_follow_up_queries_never_cross_access_filters(pipeline: Pipeline, monkey
 
     monkeypatch.setattr(reader, "search_lexical", spy(lexical))
     monkeypatch.setattr(reader, "search_dense", spy(dense))
-    stolen = ask(pipeline, "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?")
+    stolen = ask(
+        pipeline,
+        "What do I need to have done before the Service Desk will give me a replacement for a stolen laptop?",
+    )
     assert stolen["hops"] and stolen["hops"][0]["queries"], "the question must exercise follow-up queries"
     assert len(calls) > 2 * len(stolen["intents"]), "follow-ups search through the same filtered legs"
     r = ask(pipeline, RANSOMWARE)
@@ -185,13 +227,18 @@ def test_follow_up_queries_never_cross_access_filters(pipeline: Pipeline, monkey
 
 
 def test_every_hop_is_in_the_trace(pipeline: Pipeline) -> None:
-    r = ask(pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?")
+    r = ask(
+        pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?"
+    )
     hop = r["hops"][0]
     assert hop["hop"] == 1 and hop["from"] and hop["stopped"]
     assert all({"term", "query", "from", "found", "best_score"} <= set(q) for q in hop["queries"])
     assert "hop_1" in r["timings_ms"]
-    off = ask(pipeline, "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?",
-              max_hops=0)
+    off = ask(
+        pipeline,
+        "Can I claim a $90 keyboard for my home office from the home-office equipment allowance?",
+        max_hops=0,
+    )
     assert off["hops"] == [] and "hop_1" not in off["timings_ms"]
 
 
@@ -213,24 +260,35 @@ class MisnumberingLLM:
         blocks = re.split(r"\n(?=\[\d+\] )", prompt.user)
         n = next(int(b[1:].split("]", 1)[0]) for b in blocks[1:] if self.needle in " ".join(b.split()))
         wrong = n + 1 if n + 1 <= len(prompt.evidence_map) else n - 1
-        return Generated(f"[{wrong}] Customers may return items within 45 days of delivery.\nSources: [{wrong}]",
-                         self.model, 100, 20)
+        return Generated(
+            f"[{wrong}] Customers may return items within 45 days of delivery.\nSources: [{wrong}]",
+            self.model,
+            100,
+            20,
+        )
 
 
 def test_an_llm_citation_that_points_at_the_wrong_passage_is_repaired_and_traced(
-    sample_data_dir: Path, embedder  # type: ignore[no-untyped-def]
+    sample_data_dir: Path,
+    embedder,  # type: ignore[no-untyped-def]
 ) -> None:
     llm = MisnumberingLLM("return items within 45 days of delivery")
     p = Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder, llm=llm)
     r = ask(p, "How many days does a customer have to return an item for a full refund?")
     rule = positions(r, "return items within 45 days of delivery")
     assert rule and r["model"] == llm.model
-    assert r["answer"].splitlines()[0] == f"[{rule[0]}] Customers may return items within 45 days of delivery."
+    assert (
+        r["answer"].splitlines()[0] == f"[{rule[0]}] Customers may return items within 45 days of delivery."
+    )
     assert all(c["valid"] and c["supported"] for c in r["citations"])
     detail = next(s["detail"] for s in r["stages"] if s["name"] == "citations")
     assert detail["repairs"][0]["to"] == rule[0] and detail["repairs"][0]["from"] != rule[0]
-    assert detail["model_answer"].startswith(f"[{detail['repairs'][0]['from']}]")  # the model's own text is kept
+    assert detail["model_answer"].startswith(
+        f"[{detail['repairs'][0]['from']}]"
+    )  # the model's own text is kept
 
-    unrepaired = Pipeline(load_settings(data_dir=sample_data_dir, citation_repair=False), embedder=embedder, llm=llm)
+    unrepaired = Pipeline(
+        load_settings(data_dir=sample_data_dir, citation_repair=False), embedder=embedder, llm=llm
+    )
     r = ask(unrepaired, "How many days does a customer have to return an item for a full refund?")
     assert not any(c["supported"] for c in r["citations"] if c["sentence"].startswith("["))

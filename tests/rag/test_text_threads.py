@@ -13,7 +13,9 @@ def _words(seed: int, n: int) -> list[str]:
     rng = random.Random(seed)
     suffixes = ["ational", "ization", "fulness", "ement", "ing", "ousness"]
     return [
-        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 14))) + rng.choice(suffixes) + str(seed)
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 14)))
+        + rng.choice(suffixes)
+        + str(seed)
         for _ in range(n)
     ]
 

@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 
-def test_ingest_ask_then_show_works_without_db_upgrade(tmp_path: Path, sample_data_dir: Path, sample_pdfs: Path) -> None:
+def test_ingest_ask_then_show_works_without_db_upgrade(
+    tmp_path: Path, sample_data_dir: Path, sample_pdfs: Path
+) -> None:
     from rag.cli import app
     from rag.tracestore.cli import traces_app
 
@@ -23,8 +25,17 @@ def test_ingest_ask_then_show_works_without_db_upgrade(tmp_path: Path, sample_da
     assert ingested.exit_code == 0, ingested.output
     asked = runner.invoke(
         app,
-        ["ask", "How many days does a customer have to return an item for a full refund?",
-         "--user", "alice", "--groups", "staff", "--data-dir", str(data_dir), "--json"],
+        [
+            "ask",
+            "How many days does a customer have to return an item for a full refund?",
+            "--user",
+            "alice",
+            "--groups",
+            "staff",
+            "--data-dir",
+            str(data_dir),
+            "--json",
+        ],
     )
     assert asked.exit_code == 0, asked.output
     assert "traces are not being stored" not in asked.output

@@ -511,7 +511,9 @@ def test_feature_reranker_reads_stored_passage_tokens_with_identical_scores() ->
     from rag.text import bm25_tokens
 
     cands = make_candidates()
-    stored = {c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in cands}
+    stored = {
+        c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in cands
+    }
     del stored["c1"]  # a chunk the provider lacks is tokenised as before
     asked: list[str] = []
 
@@ -522,12 +524,17 @@ def test_feature_reranker_reads_stored_passage_tokens_with_identical_scores() ->
     plain = FeatureReranker(embedder=HashEmbedder())
     fed = FeatureReranker(embedder=HashEmbedder(), passage_tokens=tokens_of)
     np.testing.assert_array_equal(fed.features(QUESTION, cands), plain.features(QUESTION, cands))
-    assert [c.chunk_id for c in fed.rerank(QUESTION, cands)] == [c.chunk_id for c in plain.rerank(QUESTION, cands)]
+    assert [c.chunk_id for c in fed.rerank(QUESTION, cands)] == [
+        c.chunk_id for c in plain.rerank(QUESTION, cands)
+    ]
     assert set(asked) == {c.chunk_id for c in cands}
     # a metadata edit retitles the same text (same chunk id): its new tokens are read, not the cached ones
     retitled = [c.with_(chunk=dataclasses.replace(c.chunk, title="Holiday calendar")) for c in cands]
     stored.update(
-        {c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text)) for c in retitled}
+        {
+            c.chunk_id: bm25_tokens(passage_text(c.chunk.title, c.chunk.section, c.chunk.text))
+            for c in retitled
+        }
     )
     np.testing.assert_array_equal(fed.features(QUESTION, retitled), plain.features(QUESTION, retitled))
     # wrong tokens change the lexical features: the provider's tokens are what is scored

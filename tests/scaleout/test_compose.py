@@ -104,8 +104,12 @@ def test_start_order(services: dict[str, Any]) -> None:
 def test_data_lives_on_named_volumes(compose: dict[str, Any], services: dict[str, Any]) -> None:
     named = set(compose["volumes"])
     mounts = {
-        "qdrant-1": "/qdrant/storage", "qdrant-2": "/qdrant/storage", "qdrant-3": "/qdrant/storage",
-        "postgres": "/var/lib/postgresql/data", "ui": "/data", "ingest": "/data",
+        "qdrant-1": "/qdrant/storage",
+        "qdrant-2": "/qdrant/storage",
+        "qdrant-3": "/qdrant/storage",
+        "postgres": "/var/lib/postgresql/data",
+        "ui": "/data",
+        "ingest": "/data",
     }
     for name, target in mounts.items():
         sources = [v.split(":")[0] for v in services[name]["volumes"] if v.split(":")[1] == target]
@@ -117,7 +121,9 @@ def test_data_lives_on_named_volumes(compose: dict[str, Any], services: dict[str
 def test_no_literal_secrets() -> None:
     text = COMPOSE.read_text()
     for line in text.splitlines():
-        key_value = re.match(r"\s*-?\s*([A-Z0-9_]*(PASSWORD|SECRET|TOKEN|API_KEY)[A-Z0-9_]*)\s*[:=]\s*(.+)", line)
+        key_value = re.match(
+            r"\s*-?\s*([A-Z0-9_]*(PASSWORD|SECRET|TOKEN|API_KEY)[A-Z0-9_]*)\s*[:=]\s*(.+)", line
+        )
         if key_value:
             assert key_value.group(3).strip().startswith("${"), line
     assert "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD in .env}" in text
@@ -147,11 +153,15 @@ def test_compose_cli_accepts_the_file(tmp_path: Path) -> None:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POSTGRES_", "RAG_", "COMPOSE_"))}
     base = [*cli, "--project-directory", str(REPO), "-f", str(COMPOSE), "--env-file", str(env_file)]
-    ok = subprocess.run([*base, "config", "-q"], env={**env, "POSTGRES_PASSWORD": "dummy"}, capture_output=True, text=True)
+    ok = subprocess.run(
+        [*base, "config", "-q"], env={**env, "POSTGRES_PASSWORD": "dummy"}, capture_output=True, text=True
+    )
     assert ok.returncode == 0, ok.stderr
     profiles = subprocess.run(
         [*base, "--profile", "ingest", "config", "--services"],
-        env={**env, "POSTGRES_PASSWORD": "dummy"}, capture_output=True, text=True,
+        env={**env, "POSTGRES_PASSWORD": "dummy"},
+        capture_output=True,
+        text=True,
     )
     assert profiles.returncode == 0 and "ingest" in profiles.stdout.split(), profiles.stderr
     missing = subprocess.run([*base, "config", "-q"], env=env, capture_output=True, text=True)

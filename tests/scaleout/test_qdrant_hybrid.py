@@ -75,11 +75,19 @@ def test_term_ids_are_stable_31_bit_integers() -> None:
     assert all(0 <= i < 2**31 for i in ids)
     assert len(ids) >= 19_990  # collisions are rare at this vocabulary size
     # fixed across processes and machines (BLAKE2b, not Python's salted hash)
-    assert term_id("refund") == int.from_bytes(__import__("hashlib").blake2b(b"refund", digest_size=4).digest(), "little") & 0x7FFFFFFF
+    assert (
+        term_id("refund")
+        == int.from_bytes(__import__("hashlib").blake2b(b"refund", digest_size=4).digest(), "little")
+        & 0x7FFFFFFF
+    )
 
 
 def test_sparse_weights_are_rank_bm25_term_weights() -> None:
-    corpus = [["gift", "card", "refund", "refund"], ["travel", "book", "flight"], ["refund", "window", "day", "day", "day"]]
+    corpus = [
+        ["gift", "card", "refund", "refund"],
+        ["travel", "book", "flight"],
+        ["refund", "window", "day", "day", "day"],
+    ]
     avgdl = average_length(corpus)
     assert avgdl == pytest.approx(4.0)
     vec = sparse_document(corpus[0], avgdl)
@@ -98,18 +106,31 @@ def test_qdrant_scores_are_bm25_with_qdrant_idf() -> None:
     """The sparse leg scores sum(query count x Qdrant IDF x BM25 term weight): BM25 up to the IDF formula."""
     from qdrant_client import QdrantClient, models
 
-    corpus = [bm25_tokens(t) for t in (
-        "Gift cards are not refundable.", "Customers may return items within 45 days.",
-        "Refunds go to the original payment method within 10 days.", "Book flights 14 days ahead.",
-    )]
+    corpus = [
+        bm25_tokens(t)
+        for t in (
+            "Gift cards are not refundable.",
+            "Customers may return items within 45 days.",
+            "Refunds go to the original payment method within 10 days.",
+            "Book flights 14 days ahead.",
+        )
+    ]
     avgdl = average_length(corpus)
     client = QdrantClient(":memory:")
     client.create_collection(
-        "c", vectors_config={}, sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+        "c",
+        vectors_config={},
+        sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
     )
-    client.upsert("c", [models.PointStruct(id=i, vector={SPARSE: sparse_document(t, avgdl)}) for i, t in enumerate(corpus)])
+    client.upsert(
+        "c",
+        [models.PointStruct(id=i, vector={SPARSE: sparse_document(t, avgdl)}) for i, t in enumerate(corpus)],
+    )
     query = bm25_tokens("refund within days")
-    got = {p.id: p.score for p in client.query_points("c", query=sparse_query(query), using=SPARSE, limit=10).points}
+    got = {
+        p.id: p.score
+        for p in client.query_points("c", query=sparse_query(query), using=SPARSE, limit=10).points
+    }
     n = len(corpus)
     for i, doc in enumerate(corpus):
         tf, dl = Counter(doc), len(doc)
@@ -130,9 +151,17 @@ def test_avgdl_drift_threshold() -> None:
 
 def test_auto_backend_follows_the_deployment(tmp_path: Path) -> None:
     assert resolve_lexical_backend(load_settings(data_dir=tmp_path)) == "bm25"
-    assert resolve_lexical_backend(load_settings(data_dir=tmp_path, qdrant_url="http://qdrant-1:6333")) == "qdrant"
+    assert (
+        resolve_lexical_backend(load_settings(data_dir=tmp_path, qdrant_url="http://qdrant-1:6333"))
+        == "qdrant"
+    )
     assert resolve_lexical_backend(load_settings(data_dir=tmp_path, lexical_backend="qdrant")) == "qdrant"
-    assert resolve_lexical_backend(load_settings(data_dir=tmp_path, qdrant_url="http://q:6333", lexical_backend="bm25")) == "bm25"
+    assert (
+        resolve_lexical_backend(
+            load_settings(data_dir=tmp_path, qdrant_url="http://q:6333", lexical_backend="bm25")
+        )
+        == "bm25"
+    )
 
 
 # ----------------------------------------------------------------------------- parity on the sample corpus
@@ -142,7 +171,9 @@ def rank_bm25_top(reader: IndexReader, tokens: list[str], filt: SearchFilter, n:
     _chunks, corpus = load_chunks(generation_dir(reader.data_dir, gen.name))
     scores = BM25Okapi(corpus).get_scores(tokens)
     allowed = gen._masks.mask(filt)
-    order = sorted((i for i in range(len(scores)) if allowed[i] and scores[i] > 0), key=lambda i: (-scores[i], i))
+    order = sorted(
+        (i for i in range(len(scores)) if allowed[i] and scores[i] > 0), key=lambda i: (-scores[i], i)
+    )
     return [gen.chunks[i].chunk_id for i in order[:n]]
 
 
@@ -156,7 +187,9 @@ def test_sparse_leg_agrees_with_rank_bm25(reader: IndexReader) -> None:
             overlaps.append(len(set(reference) & set(got)) / len(reference))
             assert got[0] in reference[:3], q["id"]  # the best lexical hit stays near the top
     mean = sum(overlaps) / len(overlaps)
-    print(f"\nsparse-BM25 vs rank-bm25 overlap@10 on {len(overlaps)} sample questions: mean {mean:.3f}, min {min(overlaps):.2f}")
+    print(
+        f"\nsparse-BM25 vs rank-bm25 overlap@10 on {len(overlaps)} sample questions: mean {mean:.3f}, min {min(overlaps):.2f}"
+    )
     assert mean >= 0.85
     assert min(overlaps) >= 0.6
 
@@ -181,7 +214,9 @@ def test_fusion_in_qdrant_equals_rrf_fuse(reader: IndexReader, embedder) -> None
 
 
 def _evidence(pipeline: Pipeline, q: dict[str, Any]) -> list[str]:
-    result = pipeline.ask(Question(q["question"], question_filter(q).principal, as_of=TODAY), PipelineOptions())
+    result = pipeline.ask(
+        Question(q["question"], question_filter(q).principal, as_of=TODAY), PipelineOptions()
+    )
     return [e.candidate.chunk_id for e in result.evidence]
 
 
@@ -193,16 +228,23 @@ def test_final_evidence_is_the_same_with_either_lexical_backend(sample_data_dir:
         pipeline = Pipeline(settings, embedder=embedder)
         try:
             runs[backend] = [_evidence(pipeline, q) for q in sample_questions()]
-            r = pipeline.ask(Question("How many days do customers have to return an item?", STAFF, as_of=TODAY))
+            r = pipeline.ask(
+                Question("How many days do customers have to return an item?", STAFF, as_of=TODAY)
+            )
             assert r.stages[3].detail["lexical_backend"] == backend
         finally:
             pipeline.reader.close()
     same = sum(a == b for a, b in zip(runs["bm25"], runs["qdrant"], strict=True))
     same_set = sum(set(a) == set(b) for a, b in zip(runs["bm25"], runs["qdrant"], strict=True))
-    jaccard = [len(set(a) & set(b)) / max(1, len(set(a) | set(b))) for a, b in zip(runs["bm25"], runs["qdrant"], strict=True)]
+    jaccard = [
+        len(set(a) & set(b)) / max(1, len(set(a) | set(b)))
+        for a, b in zip(runs["bm25"], runs["qdrant"], strict=True)
+    ]
     n = len(runs["bm25"])
-    print(f"\nfinal evidence, bm25 vs qdrant lexical backend, {n} sample questions: identical order {same}/{n}, "
-          f"same set {same_set}/{n}, mean Jaccard {sum(jaccard) / n:.3f}")
+    print(
+        f"\nfinal evidence, bm25 vs qdrant lexical backend, {n} sample questions: identical order {same}/{n}, "
+        f"same set {same_set}/{n}, mean Jaccard {sum(jaccard) / n:.3f}"
+    )
     # measured 21/30 identical, 24/30 same set, Jaccard 0.93 (reranker none: fused order decides the evidence);
     # the legs differ only by Qdrant's IDF formula, which shifts a few lexical ranks
     assert same_set / n >= 0.7
@@ -226,8 +268,10 @@ def test_restricted_canary_never_leaves_qdrant_for_an_outsider(reader: IndexRead
             texts = [reader.get(cid).text for cid, _ in [*hits, *lexical, *dense, *fused]]  # type: ignore[union-attr]
             if sink is None:
                 assert not any(CANARY in t for t in texts), text
-                assert all("hr" not in reader.get(cid).groups or "staff" in reader.get(cid).groups  # type: ignore[union-attr]
-                           for cid, _ in [*hits, *fused])
+                assert all(
+                    "hr" not in reader.get(cid).groups or "staff" in reader.get(cid).groups  # type: ignore[union-attr]
+                    for cid, _ in [*hits, *fused]
+                )
                 assert all(filt.allows(reader.get(cid)) for cid, _ in [*hits, *fused])  # type: ignore[arg-type]
             else:
                 sink.update(t for t in texts if CANARY in t)
@@ -296,7 +340,9 @@ def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path
 
     docs, data = tmp_path / "docs", tmp_path / "data"
     docs.mkdir()
-    (docs / "refunds.md").write_text("# Refunds\n\nGift cards are not refundable.\n\nReturns within 45 days.\n")
+    (docs / "refunds.md").write_text(
+        "# Refunds\n\nGift cards are not refundable.\n\nReturns within 45 days.\n"
+    )
     settings = load_settings(data_dir=data)
     ingest([str(docs)], settings, embedder=embedder)
     gen = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
@@ -305,8 +351,13 @@ def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path
     points, _ = client.scroll(COLLECTION, limit=1000, with_payload=True, with_vectors=[DENSE])
     dim = len(points[0].vector[DENSE])
     client.delete_collection(COLLECTION)
-    client.create_collection(COLLECTION, vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)})
-    client.upsert(COLLECTION, [models.PointStruct(id=p.id, vector={DENSE: p.vector[DENSE]}, payload=p.payload) for p in points])
+    client.create_collection(
+        COLLECTION, vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)}
+    )
+    client.upsert(
+        COLLECTION,
+        [models.PointStruct(id=p.id, vector={DENSE: p.vector[DENSE]}, payload=p.payload) for p in points],
+    )
     client.close()
     manifest = json.loads((gen / "manifest.json").read_text())
     del manifest["bm25_avgdl"]

@@ -38,7 +38,12 @@ class Recorder:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
-        if name in ("create_collection", "delete_collection", "update_collection_aliases", "create_payload_index"):
+        if name in (
+            "create_collection",
+            "delete_collection",
+            "update_collection_aliases",
+            "create_payload_index",
+        ):
 
             def recorded(*args: Any, **kwargs: Any) -> Any:
                 self.calls.append((name, args, kwargs))
@@ -101,13 +106,22 @@ def test_collections_alias_switch_and_garbage_collection(tmp_path: Path, server:
 
     name1 = writer.build("gen-000001", chunks, tokens, vectors, dim=8)
     assert name1 == "chunks-gen-000001" and writer.alias_target() is None  # built, not yet visible
-    (args, kwargs), = server.named("create_collection")
+    ((args, kwargs),) = server.named("create_collection")
     assert args == ("chunks-gen-000001",)
-    assert (kwargs["shard_number"], kwargs["replication_factor"], kwargs["write_consistency_factor"]) == (3, 2, 1)
+    assert (kwargs["shard_number"], kwargs["replication_factor"], kwargs["write_consistency_factor"]) == (
+        3,
+        2,
+        1,
+    )
     assert kwargs["sparse_vectors_config"]["bm25"].modifier.value == "idf"
     indexed = {k["field_name"]: k["field_schema"].value for _, k in server.named("create_payload_index")}
-    assert indexed == {"groups": "keyword", "effective_ord": "integer", "expires_ord": "integer",
-                       "tags_f": "keyword", "doc_id": "keyword"}
+    assert indexed == {
+        "groups": "keyword",
+        "effective_ord": "integer",
+        "expires_ord": "integer",
+        "tags_f": "keyword",
+        "doc_id": "keyword",
+    }
 
     writer.publish("gen-000001")
     assert writer.alias_target() == name1
@@ -141,14 +155,18 @@ def test_half_built_collection_is_replaced_and_alias_repaired(tmp_path: Path, se
 def test_a_collection_squatting_on_the_alias_name_is_reported(tmp_path: Path, server: Recorder) -> None:
     from qdrant_client import models
 
-    server.create_collection("chunks", vectors_config={"dense": models.VectorParams(size=8, distance=models.Distance.COSINE)})
+    server.create_collection(
+        "chunks", vectors_config={"dense": models.VectorParams(size=8, distance=models.Distance.COSINE)}
+    )
     writer = ServerIndexWriter(load_settings(data_dir=tmp_path / "data", qdrant_url=URL))
     chunks, tokens, vectors = make_chunks(2)
     with pytest.raises(IngestError, match="cannot become an alias"):
         writer.build("gen-000001", chunks, tokens, vectors, dim=8)
 
 
-def test_server_ingest_and_reader_end_to_end(tmp_path: Path, server: Recorder, sample_pdfs: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_server_ingest_and_reader_end_to_end(
+    tmp_path: Path, server: Recorder, sample_pdfs: Path, embedder
+) -> None:  # type: ignore[no-untyped-def]
     """`rag ingest` with RAG_QDRANT_URL set: a collection per generation, the alias, and the app reading it."""
     data = tmp_path / "data"
     docs = tmp_path / "docs"
@@ -160,7 +178,9 @@ def test_server_ingest_and_reader_end_to_end(tmp_path: Path, server: Recorder, s
     report = ingest([str(docs)], settings, embedder=embedder)
     assert report.ok and report.published
     gen1 = current_generation(data)
-    assert not (index_root(data) / "generations" / gen1 / "qdrant").exists()  # vectors live on the server only
+    assert not (
+        index_root(data) / "generations" / gen1 / "qdrant"
+    ).exists()  # vectors live on the server only
     assert ServerIndexWriter(settings).alias_target() == f"chunks-{gen1}"
     assert server.count(f"chunks-{gen1}", exact=True).count == report.index_chunks
 
@@ -186,7 +206,8 @@ def test_server_ingest_and_reader_end_to_end(tmp_path: Path, server: Recorder, s
     assert again.stages[0].detail == {"switched": True, "generation": gen2}
     filt = SearchFilter(STAFF, TODAY)
     assert reader.search_lexical_qdrant(bm25_tokens("remote work days"), filt, 50) == [] or all(
-        "remote-work" not in reader.get(cid).source for cid, _ in reader.search_lexical_qdrant(bm25_tokens("remote work"), filt, 50)  # type: ignore[union-attr]
+        "remote-work" not in reader.get(cid).source
+        for cid, _ in reader.search_lexical_qdrant(bm25_tokens("remote work"), filt, 50)  # type: ignore[union-attr]
     )
 
     # a new, empty server: the next run rebuilds the published generation there even though no file changed

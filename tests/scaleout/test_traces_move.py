@@ -36,7 +36,9 @@ def test_export_then_import_moves_every_trace_once(tmp_path: Path) -> None:
 
     moved = tmp_path / "moved.jsonl"
     runner.invoke(traces_app, ["export", "--out", str(moved), "--data-dir", str(new)])
-    assert [json.loads(x) for x in moved.read_text().splitlines()] == [json.loads(x) for x in dump.read_text().splitlines()]
+    assert [json.loads(x) for x in moved.read_text().splitlines()] == [
+        json.loads(x) for x in dump.read_text().splitlines()
+    ]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")

@@ -83,13 +83,22 @@ def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
 
     leave = ["Employees receive 25 days of paid annual leave.", "Weddings are celebrated with a team card."]
     assert missing_answer_type("How many days of paid leave do I get?", leave) is None
-    assert missing_answer_type("How many days of leave do I get for my wedding?", leave) is None  # "leave" shared
+    assert (
+        missing_answer_type("How many days of leave do I get for my wedding?", leave) is None
+    )  # "leave" shared
     why = missing_answer_type("How many years must we keep audit logs?", leave)
     assert why is not None and "years" in why
     assert missing_answer_type("Who approves my leave?", leave) is None  # asks no quantity
     # an intent without a topic of its own takes it from the whole question
-    assert missing_answer_type("how much?", ["The 401(k) plan is run by SocialK."], context="Does the 401(k) match? how much?")
-    assert missing_answer_type("how much?", ["The 401(k) match is 4% up to $5,000."], context="Does the 401(k) match? how much?") is None
+    assert missing_answer_type(
+        "how much?", ["The 401(k) plan is run by SocialK."], context="Does the 401(k) match? how much?"
+    )
+    assert (
+        missing_answer_type(
+            "how much?", ["The 401(k) match is 4% up to $5,000."], context="Does the 401(k) match? how much?"
+        )
+        is None
+    )
 
 
 def test_similar_sentences_can_answer_without_shared_words() -> None:
@@ -112,7 +121,9 @@ def test_how_many_years_needs_a_count_of_years_not_a_frequency() -> None:
     assert missing_answer_type(question, ["Audit log retention: a 5-year minimum applies."]) is None
     days = ["Customers may return items within forty-five (45) calendar days."]
     assert missing_answer_type("How many days do customers have to return an item?", days) is None
-    assert missing_answer_type("How many days do customers have to return an item?", ["Refunds are paid daily."])
+    assert missing_answer_type(
+        "How many days do customers have to return an item?", ["Refunds are paid daily."]
+    )
 
 
 def test_a_question_whether_something_exists_needs_evidence_that_mentions_it() -> None:
@@ -147,11 +158,19 @@ def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
     leave = ["Full-time employees receive 25 days of paid annual leave per calendar year."]
     why = missing_focus("How many days of paid leave do I get for my wedding?", leave, pool=leave)
     assert why is not None and "wedding" in why
-    assert missing_focus("How many days of paid leave do I get for my wedding?",
-                         [*leave, "Employees get three days of leave for their wedding."]) is None
+    assert (
+        missing_focus(
+            "How many days of paid leave do I get for my wedding?",
+            [*leave, "Employees get three days of leave for their wedding."],
+        )
+        is None
+    )
     # the occasion named by the policy itself ("for a full refund") is what the evidence states
     refunds = ["Customers may return items within 45 days of delivery for a full refund."]
-    assert missing_focus("How many days does a customer have to return an item for a full refund?", refunds) is None
+    assert (
+        missing_focus("How many days does a customer have to return an item for a full refund?", refunds)
+        is None
+    )
     # "for the server room": a thing, not an occasion of the asker's; not checked
     assert missing_focus("How often are the logs reviewed for the server room?", leave) is None
 

@@ -168,14 +168,20 @@ def test_every_intent_with_evidence_is_covered_when_the_budget_allows(tagged: li
 def test_a_chain_link_replaces_the_weakest_passage_outside_the_chain() -> None:
     ranked = cands(5)
     parent, child = ranked[1], ranked[3]  # the link ranks below the budget
-    selected, dropped = apply_budget(ranked, ONE, k=2, token_budget=1000, links={child.chunk_id: parent.chunk_id})
+    selected, dropped = apply_budget(
+        ranked, ONE, k=2, token_budget=1000, links={child.chunk_id: parent.chunk_id}
+    )
     assert ids(selected) == [parent.chunk_id, child.chunk_id], "both links, not the first plus a near-copy"
-    assert (ranked[0].chunk_id, f"replaced_by_chain_link:{child.chunk_id}") in [(d.chunk_id, d.reason) for d in dropped]
+    assert (ranked[0].chunk_id, f"replaced_by_chain_link:{child.chunk_id}") in [
+        (d.chunk_id, d.reason) for d in dropped
+    ]
     assert child.chunk_id not in {d.chunk_id for d in dropped}
 
 
 def test_a_link_whose_parent_was_not_selected_changes_nothing() -> None:
     ranked = cands(5)
     plain, _ = apply_budget(ranked, ONE, k=2, token_budget=1000)
-    linked, _ = apply_budget(ranked, ONE, k=2, token_budget=1000, links={ranked[4].chunk_id: ranked[3].chunk_id})
+    linked, _ = apply_budget(
+        ranked, ONE, k=2, token_budget=1000, links={ranked[4].chunk_id: ranked[3].chunk_id}
+    )
     assert linked == plain

@@ -327,11 +327,15 @@ def test_a_rule_mentioning_one_exception_still_gets_the_exceptions_section() -> 
         "returns",
         "Returns Policy",
         [
-            ("Returns Policy > 3. Standard returns",
-             "Customers may return items within 45 days. After 90 days we do not accept returns, except for "
-             "faulty goods under section 5."),
-            ("Returns Policy > 4. Refund exceptions > 4.2 Gift cards",
-             "Gift cards are not refundable, except where required by law."),
+            (
+                "Returns Policy > 3. Standard returns",
+                "Customers may return items within 45 days. After 90 days we do not accept returns, except for "
+                "faulty goods under section 5.",
+            ),
+            (
+                "Returns Policy > 4. Refund exceptions > 4.2 Gift cards",
+                "Gift cards are not refundable, except where required by law.",
+            ),
             ("Returns Policy > 5. Faulty goods", "A faulty item can be returned within its warranty period."),
         ],
     )
@@ -349,15 +353,23 @@ def test_a_selected_passage_continuing_a_full_bundle_joins_it_as_one_block() -> 
         "scans",
         "Risk Assessment Procedure",
         [
-            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
-             "RA-5 Vulnerability Scanning\n1) Scan for vulnerabilities:\na) networked devices every 72 hours;\n"
-             "b) databases monthly."),
-            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
-             "2) Analyze scan reports.\n3) Remediate critical findings within 15 days;"),
-            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
-             "4) Open a plan of action when a timeline is missed.\n5) Share scan results with the owners;"),
-            ("Risk Assessment Procedure > RA-5 Vulnerability Scanning",
-             "6) Update the scanned vulnerabilities daily."),
+            (
+                "Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+                "RA-5 Vulnerability Scanning\n1) Scan for vulnerabilities:\na) networked devices every 72 hours;\n"
+                "b) databases monthly.",
+            ),
+            (
+                "Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+                "2) Analyze scan reports.\n3) Remediate critical findings within 15 days;",
+            ),
+            (
+                "Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+                "4) Open a plan of action when a timeline is missed.\n5) Share scan results with the owners;",
+            ),
+            (
+                "Risk Assessment Procedure > RA-5 Vulnerability Scanning",
+                "6) Update the scanned vulnerabilities daily.",
+            ),
             ("Risk Assessment Procedure > RA-6 Monitoring", "Monitoring is continuous."),
         ],
     )
@@ -372,7 +384,10 @@ def test_links_between_selected_passages_never_grow_a_bundle_past_the_cap() -> N
     doc = make_doc(
         "big",
         "Refund Policy",
-        [(f"Refund Policy > {i}. Part {i}", f"Refunds must follow rule {i}; see section {i + 1}.") for i in range(1, 9)],
+        [
+            (f"Refund Policy > {i}. Part {i}", f"Refunds must follow rule {i}; see section {i + 1}.")
+            for i in range(1, 9)
+        ],
     )
     pool = ranked(doc)
     bundles, _, _ = bundle_dependencies(pool, InMemoryLookup(doc), STAFF, pool=pool)
@@ -410,12 +425,16 @@ def test_an_exception_passage_takes_the_rule_it_qualifies_from_the_pool() -> Non
 
 def test_without_the_rule_in_the_pool_the_nearest_earlier_rule_of_the_section_is_taken() -> None:
     _, added, _ = bundle_dependencies(ranked([PASSWORDS[2]]), InMemoryLookup(PASSWORDS), STAFF)
-    assert [c.chunk_id for c in added] == ["security:1"]  # not the laptop rule: no shared topic, other section
+    assert [c.chunk_id for c in added] == [
+        "security:1"
+    ]  # not the laptop rule: no shared topic, other section
 
 
 def test_an_exception_finds_no_rule_outside_its_section_or_without_a_shared_topic() -> None:
     unrelated = [PASSWORDS[0], PASSWORDS[2], PASSWORDS[3]]  # "protect our systems" states no rule
-    _, added, _ = bundle_dependencies(ranked([PASSWORDS[2]]), InMemoryLookup(unrelated), STAFF, pool=ranked(unrelated))
+    _, added, _ = bundle_dependencies(
+        ranked([PASSWORDS[2]]), InMemoryLookup(unrelated), STAFF, pool=ranked(unrelated)
+    )
     assert added == []
 
 
@@ -459,7 +478,9 @@ def test_a_link_to_another_document_brings_its_best_ranked_retrieved_passage() -
 def test_a_link_with_an_anchor_brings_that_section_only() -> None:
     pool = ranked([PRODEV, HARVEST[0], HARVEST[1]])
     _, added, _ = bundle_dependencies(pool[:1], LINKED, STAFF, pool=pool)
-    assert [c.chunk_id for c in added] == ["harvest:1"]  # "#tracking-expenses", not the better-ranked "logging"
+    assert [c.chunk_id for c in added] == [
+        "harvest:1"
+    ]  # "#tracking-expenses", not the better-ranked "logging"
 
 
 def test_links_are_followed_only_to_passages_retrieved_for_the_question() -> None:
@@ -471,7 +492,9 @@ def test_links_are_followed_only_to_passages_retrieved_for_the_question() -> Non
 def test_a_linked_passage_the_user_may_not_read_is_refused() -> None:
     secret = with_groups([EXPENSES[1]], "finance")[0]
     pool = ranked([PRODEV, secret])
-    bundles, added, dropped = bundle_dependencies(pool[:1], InMemoryLookup([PRODEV, secret]), STAFF, pool=pool)
+    bundles, added, dropped = bundle_dependencies(
+        pool[:1], InMemoryLookup([PRODEV, secret]), STAFF, pool=pool
+    )
     assert added == [] and member_ids(bundles[0]) == ["prodev:0"]
     assert [(d.chunk_id, d.reason) for d in dropped] == [(secret.chunk_id, "access_denied")]
 
@@ -482,8 +505,11 @@ def test_a_linked_passage_that_is_a_list_fragment_gets_its_lead_in() -> None:
         "timeoff",
         "Time Off",
         [
-            ("Time Off > Approval", "Follow this procedure to request time off:\n1. Talk to your team.\n"
-                                    "2. Email the schedule list to request the time."),
+            (
+                "Time Off > Approval",
+                "Follow this procedure to request time off:\n1. Talk to your team.\n"
+                "2. Email the schedule list to request the time.",
+            ),
             ("Time Off > Approval", "3. A manager replies when it is approved.\n4. Log the time off."),
         ],
         source="docs/policies/time-off.md",
@@ -496,7 +522,9 @@ def test_a_linked_passage_that_is_a_list_fragment_gets_its_lead_in() -> None:
         source="docs/onboarding.md",
     )
     pool = ranked([onboarding, time_off[1]])  # the lead-in itself was not retrieved
-    bundles, added, _ = bundle_dependencies(pool[:1], InMemoryLookup([onboarding, *time_off]), STAFF, pool=pool)
+    bundles, added, _ = bundle_dependencies(
+        pool[:1], InMemoryLookup([onboarding, *time_off]), STAFF, pool=pool
+    )
     assert [(c.chunk_id, c.added_by) for c in added] == [
         ("timeoff:1", "link_from:onboarding:0"),
         ("timeoff:0", "neighbour_of:timeoff:1"),

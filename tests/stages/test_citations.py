@@ -172,12 +172,24 @@ def test_markers_ending_a_line_end_its_sentence_without_a_full_stop() -> None:
         ("Never tell a candidate the band maximum. [2]", [2]),
     ]
     # a sentence wrapped over two lines stays one sentence
-    assert parse_citations("Refunds are paid\nwithin 45 days [1].") == [("Refunds are paid\nwithin 45 days [1].", [1])]
+    assert parse_citations("Refunds are paid\nwithin 45 days [1].") == [
+        ("Refunds are paid\nwithin 45 days [1].", [1])
+    ]
 
 
 REFUND_EVIDENCE = [
-    Evidence(1, make_candidate(make_chunk("Customers may return items within 45 days of delivery for a refund.", ordinal=1)), 1),
-    Evidence(2, make_candidate(make_chunk("Gift cards are not refundable, except where required by law.", ordinal=2)), 2),
+    Evidence(
+        1,
+        make_candidate(
+            make_chunk("Customers may return items within 45 days of delivery for a refund.", ordinal=1)
+        ),
+        1,
+    ),
+    Evidence(
+        2,
+        make_candidate(make_chunk("Gift cards are not refundable, except where required by law.", ordinal=2)),
+        2,
+    ),
 ]
 
 
@@ -186,7 +198,10 @@ def test_a_citation_pointing_next_to_the_supporting_passage_is_repaired() -> Non
 
     answer = "Items can be returned within 45 days of delivery [2].\n[1] Gift cards are not refundable.\nSources: [2]"
     fixed, repairs = repair_citations(answer, REFUND_EVIDENCE)
-    assert fixed == "Items can be returned within 45 days of delivery [1].\n[2] Gift cards are not refundable.\nSources: [1], [2]"
+    assert (
+        fixed
+        == "Items can be returned within 45 days of delivery [1].\n[2] Gift cards are not refundable.\nSources: [1], [2]"
+    )
     assert repairs == [
         {"sentence": "Items can be returned within 45 days of delivery.", "from": 2, "to": 1},
         {"sentence": "Gift cards are not refundable.", "from": 1, "to": 2},
@@ -204,4 +219,7 @@ def test_repair_drops_an_extra_unsupported_id_and_never_invents_support() -> Non
     assert repair_citations(answer, REFUND_EVIDENCE) == (answer, [])
     assert not check_citations(answer, REFUND_EVIDENCE)[0].supported
     # a [9] that is no passage is re-pointed only when a passage supports the sentence
-    assert repair_citations("Gift cards are not refundable [9].", REFUND_EVIDENCE)[0] == "Gift cards are not refundable [2]."
+    assert (
+        repair_citations("Gift cards are not refundable [9].", REFUND_EVIDENCE)[0]
+        == "Gift cards are not refundable [2]."
+    )

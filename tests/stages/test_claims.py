@@ -24,8 +24,12 @@ RULES = (
     "of the returned item arriving at our warehouse."
 )
 GIFT = "Gift cards are not refundable, except where required by law. A lost gift card is replaced only with a receipt."
-TRAVEL = "Using your own car for business trips is reimbursed at $0.70 per mile. Submit Form EXP-7 within 30 days."
-EVIDENCE = [Evidence(n, make_candidate(make_chunk(t, ordinal=n)), n) for n, t in enumerate((RULES, GIFT, TRAVEL), 1)]
+TRAVEL = (
+    "Using your own car for business trips is reimbursed at $0.70 per mile. Submit Form EXP-7 within 30 days."
+)
+EVIDENCE = [
+    Evidence(n, make_candidate(make_chunk(t, ordinal=n)), n) for n, t in enumerate((RULES, GIFT, TRAVEL), 1)
+]
 ISSUE = (
     "Yes, we can refund the gift card. The customer's money will be returned within 7 business days of the "
     "returned item arriving at our warehouse.\nSources: [1], [2]"
@@ -67,16 +71,21 @@ def test_a_claim_about_the_exception_may_take_its_side() -> None:
 
 def test_a_changed_number_is_contradicted_even_when_it_occurs_elsewhere_in_the_passage() -> None:
     # 90 occurs in passage 1 ("between 46 and 90 days"): the old passage-level number test passed this claim
-    [check] = check_claims("Customers can return items within 90 days of delivery for a full refund [1].", EVIDENCE)
+    [check] = check_claims(
+        "Customers can return items within 90 days of delivery for a full refund [1].", EVIDENCE
+    )
     assert check.verdict == "contradicted" and "'90 days'" in check.reason and "'45 days'" in check.reason
 
 
 def test_units_comparators_and_ids() -> None:
     assert verdicts("Your own car is reimbursed at $0.70 per kilometre [3].")[0][0] == "contradicted"
     assert verdicts("Submit Form EXP-8 within 30 days [3].")[0][0] == "contradicted"
-    assert verdicts("Refunds to cards are issued within 7 calendar days of the item arriving at our warehouse [1].")[
-        0
-    ][0] == "contradicted"
+    assert (
+        verdicts(
+            "Refunds to cards are issued within 7 calendar days of the item arriving at our warehouse [1]."
+        )[0][0]
+        == "contradicted"
+    )
     assert verdicts("Submit Form EXP-7 within 30 days [3].") == [("supported", 3)]
 
 
@@ -97,7 +106,10 @@ def test_an_uncited_claim_no_passage_holds_is_uncited_and_a_wrong_citation_unsup
 def test_missing_markers_are_added_only_where_a_passage_holds_the_claim() -> None:
     answer = "Gift cards are not refundable, except where required by law. Parking is free for visitors."
     text, added = add_missing_markers(answer, check_claims(answer, EVIDENCE))
-    assert text == "Gift cards are not refundable, except where required by law [2]. Parking is free for visitors."
+    assert (
+        text
+        == "Gift cards are not refundable, except where required by law [2]. Parking is free for visitors."
+    )
     assert added == [{"sentence": "Gift cards are not refundable, except where required by law.", "to": 2}]
 
 

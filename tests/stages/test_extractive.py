@@ -239,7 +239,10 @@ def test_headings_are_not_quoted_as_answers() -> None:
         evidence,
         score=overlap_score,
     )
-    assert lines(out.text)[0] == "Questions about this policy go to Finance Operations at finance@example.com. [1]"
+    assert (
+        lines(out.text)[0]
+        == "Questions about this policy go to Finance Operations at finance@example.com. [1]"
+    )
     out = extractive_answer("security incident report", [], evidence, score=overlap_score, max_sentences=1)
     assert lines(out.text)[0] == "Form SEC-9 records a lost device or any security incident. [2]"
 
@@ -339,7 +342,10 @@ def test_a_near_tie_naming_the_form_the_answer_names_completes_it() -> None:
         ev(1, "Submit your travel expenses on Form EXP-7, with every receipt attached."),
         ev(2, "Form EXP-7 must be filed within 30 days of the trip end."),
     ]
-    intents = [Intent(0, "How long after a trip do I have to submit my travel expenses"), Intent(1, "who approves?")]
+    intents = [
+        Intent(0, "How long after a trip do I have to submit my travel expenses"),
+        Intent(1, "who approves?"),
+    ]
 
     def tie(query: str, sentences: Sequence[str]) -> list[float]:
         return [1.0 if "Submit" in s else 0.95 for s in sentences]
@@ -352,8 +358,10 @@ def test_check_addresses_needs_every_intent_answered() -> None:
     intents = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
     both = "Customers may request a refund within 45 days. [2]\nGift cards are not eligible for a refund. [1]"
     assert all(c.addressed for c in check_addresses(both, intents))
-    one = ('Customers may request a refund within 45 days. [2]\n'
-           'The provided evidence does not cover: "can I refund a gift card?".\nSources: [2]')
+    one = (
+        "Customers may request a refund within 45 days. [2]\n"
+        'The provided evidence does not cover: "can I refund a gift card?".\nSources: [2]'
+    )
     checks = check_addresses(one, intents)
     assert [c.addressed for c in checks] == [True, False]
     assert not any(c.addressed for c in check_addresses(both, intents, abstained=True))
@@ -364,5 +372,9 @@ def test_check_addresses_needs_every_intent_answered() -> None:
 
 def test_user_text_in_a_refusal_is_never_a_citation() -> None:
     q = "What does clause [3] of the refund policy say?"
-    out = extractive_answer(q, [Intent(0, "refund"), Intent(1, q)], EVIDENCE, score=overlap_score, min_score=0.9)
-    assert check_citations(out.text, EVIDENCE) == [] or all(c.n != 3 for c in check_citations(out.text, EVIDENCE))
+    out = extractive_answer(
+        q, [Intent(0, "refund"), Intent(1, q)], EVIDENCE, score=overlap_score, min_score=0.9
+    )
+    assert check_citations(out.text, EVIDENCE) == [] or all(
+        c.n != 3 for c in check_citations(out.text, EVIDENCE)
+    )

@@ -18,7 +18,9 @@ from rag.stages.hops import (
 )
 from rag.types import Candidate, Chunk, Principal, SearchFilter
 
-CORLISS = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+CORLISS = (
+    "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+)
 FILM = (
     "Kiss and Tell is a 1945 American comedy film starring then 17-year-old Shirley Temple as Corliss Archer. "
     "In the film, two teenage girls cause their respective parents much concern when they start to become "
@@ -30,7 +32,9 @@ TEMPLE = (
 )
 
 
-def chunk(cid: str, text: str, *, doc: str | None = None, title: str = "Doc", section: str = "", ordinal: int = 0) -> Chunk:
+def chunk(
+    cid: str, text: str, *, doc: str | None = None, title: str = "Doc", section: str = "", ordinal: int = 0
+) -> Chunk:
     return Chunk(
         chunk_id=cid,
         doc_id=doc or f"doc-{cid}",
@@ -75,13 +79,20 @@ def test_addresses_and_line_openings_are_not_terms() -> None:
 
 
 def test_a_term_inside_a_taken_term_is_not_followed_twice() -> None:
-    terms = bridge_terms("When is the claim due?", "Submit it on Form EXP-7; EXP-7 claims go to Finance Operations.", limit=5)
+    terms = bridge_terms(
+        "When is the claim due?", "Submit it on Form EXP-7; EXP-7 claims go to Finance Operations.", limit=5
+    )
     assert len({"Form EXP-7", "EXP-7"} & set(terms)) == 1 and "Finance Operations" in terms
 
 
 def test_the_passage_heading_is_not_a_bridge() -> None:
     text = "Form EXP-7 is used for every cost that belongs to a business trip."
-    assert bridge_terms("When is the claim due?", text, "Glossary", heading="3.2 Form EXP-7: Travel Expense Claim") == []
+    assert (
+        bridge_terms(
+            "When is the claim due?", text, "Glossary", heading="3.2 Form EXP-7: Travel Expense Claim"
+        )
+        == []
+    )
 
 
 def test_residual_words_are_what_the_passage_did_not_answer() -> None:
@@ -91,8 +102,10 @@ def test_residual_words_are_what_the_passage_did_not_answer() -> None:
 
 
 def test_follow_ups_follow_each_term_once() -> None:
-    parents = [cand(chunk("a", FILM, title="Kiss and Tell (1945 film)"), 0.9),
-               cand(chunk("b", "A remake starred Shirley Temple again."), 0.8)]
+    parents = [
+        cand(chunk("a", FILM, title="Kiss and Tell (1945 film)"), 0.9),
+        cand(chunk("b", "A remake starred Shirley Temple again."), 0.8),
+    ]
     fus = follow_ups(CORLISS, parents, terms_per_passage=2)
     assert [f.term for f in fus].count("Shirley Temple") == 1
     first = fus[0]
@@ -108,13 +121,27 @@ def test_seen_terms_are_not_followed_again() -> None:
 # ---------------------------------------------------------------------------------------------- aboutness
 def test_is_about_title_heading_or_opening() -> None:
     assert is_about("Shirley Temple", cand(chunk("t", TEMPLE, title="Shirley Temple"), 0.5))
-    glossary = chunk("g", "Form EXP-7 must be filed within 30 days.", title="Glossary", section="Glossary > 3.2 Form EXP-7: Travel")
+    glossary = chunk(
+        "g",
+        "Form EXP-7 must be filed within 30 days.",
+        title="Glossary",
+        section="Glossary > 3.2 Form EXP-7: Travel",
+    )
     assert is_about("Form EXP-7", cand(glossary, 0.5))
-    opening = chunk("q", "Qualifying Equipment means a desk or a chair.", title="Glossary", section="Glossary > Terms")
+    opening = chunk(
+        "q", "Qualifying Equipment means a desk or a chair.", title="Glossary", section="Glossary > Terms"
+    )
     assert is_about("Qualifying Equipment", cand(opening, 0.5))
-    mention = chunk("m", "Check out this retrospective template for ideas.", title="PM role", section="PM role > Resources")
+    mention = chunk(
+        "m",
+        "Check out this retrospective template for ideas.",
+        title="PM role",
+        section="PM role > Resources",
+    )
     assert not is_about("Retrospective Template", cand(mention, 0.5))
-    common = chunk("s", "Systems vulnerable to malware must be scanned.", title="Access", section="Access > Systems")
+    common = chunk(
+        "s", "Systems vulnerable to malware must be scanned.", title="Access", section="Access > Systems"
+    )
     assert not is_about("Systems", cand(common, 0.5)), "a lone common word names nothing"
 
 
@@ -131,14 +158,18 @@ def test_only_terms_some_passage_could_be_about_are_followed() -> None:
     index = AboutIndex(passages)
     everyone = lambda c: True  # noqa: E731
     for term in ("Shirley Temple", "Form EXP-7", "IRS"):
-        assert index.any_about(term, exclude="", allows=everyone), "a specific term can head or open a passage"
+        assert index.any_about(term, exclude="", allows=everyone), (
+            "a specific term can head or open a passage"
+        )
     assert index.any_about("Harvest", exclude="", allows=everyone), "a lone word that is a readable title"
     assert index.any_about("Kir", exclude="", allows=everyone), "the bare title, without its brackets"
     # a lone common word names nothing, however many passages mention it: following it could never link anything
     for term in ("Company", "Saturday"):
         assert not index.any_about(term, exclude="", allows=everyone)
         assert not any(is_about(term, cand(c, 0.5)) for c in passages)
-    assert not index.any_about("Harvest", exclude="", allows=lambda c: c.title != "Harvest"), "only readable titles"
+    assert not index.any_about("Harvest", exclude="", allows=lambda c: c.title != "Harvest"), (
+        "only readable titles"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- linking
@@ -188,18 +219,38 @@ def test_compared_subjects_form_one_chain() -> None:
 
 
 def test_evidence_chain_links_a_form_to_its_deadline() -> None:
-    rule = cand(chunk("rule", "After a trip, submit your expenses on Form EXP-7 with receipts.", doc="travel",
-                      title="Travel Policy", section="Travel Policy > 7. After you travel"), 0.9)
-    deadline = cand(chunk("deadline", "Form EXP-7 must be filed within 30 days of the trip end.", doc="glossary",
-                          title="Glossary", section="Glossary > 3.2 Form EXP-7: Travel Expense Claim"), 0.7)
+    rule = cand(
+        chunk(
+            "rule",
+            "After a trip, submit your expenses on Form EXP-7 with receipts.",
+            doc="travel",
+            title="Travel Policy",
+            section="Travel Policy > 7. After you travel",
+        ),
+        0.9,
+    )
+    deadline = cand(
+        chunk(
+            "deadline",
+            "Form EXP-7 must be filed within 30 days of the trip end.",
+            doc="glossary",
+            title="Glossary",
+            section="Glossary > 3.2 Form EXP-7: Travel Expense Claim",
+        ),
+        0.7,
+    )
     chains = evidence_chains("How long do I have to submit my travel expense claim?", [rule, deadline])
     assert ("deadline", "rule", "chain") in chains
 
 
 def test_bundling_keeps_a_chain_together_in_chain_order() -> None:
-    rule = cand(chunk("rule", "After a trip, submit your expenses on Form EXP-7.", doc="travel", title="Travel"), 0.9)
+    rule = cand(
+        chunk("rule", "After a trip, submit your expenses on Form EXP-7.", doc="travel", title="Travel"), 0.9
+    )
     other = cand(chunk("x", "Unrelated passage about parking.", doc="parking", title="Parking"), 0.8)
-    deadline = cand(chunk("deadline", "Form EXP-7 must be filed within 30 days.", doc="glossary", title="Glossary"), 0.7)
+    deadline = cand(
+        chunk("deadline", "Form EXP-7 must be filed within 30 days.", doc="glossary", title="Glossary"), 0.7
+    )
     selected = [rule, other, deadline]
 
     class Lookup:
@@ -226,8 +277,18 @@ def test_bundling_keeps_a_chain_together_in_chain_order() -> None:
 ABOUT_CHUNKS = [
     chunk("film", FILM, title="Kiss and Tell (1945 film)"),
     chunk("temple", TEMPLE, title="Shirley Temple"),
-    chunk("form", "Form EXP-7 must be filed within 30 days of the trip end.", title="Glossary", section="Glossary > Forms"),
-    chunk("ac2", "Accounts are reviewed quarterly.", title="Access Control", section="Access Control > AC-2 Account Management"),
+    chunk(
+        "form",
+        "Form EXP-7 must be filed within 30 days of the trip end.",
+        title="Glossary",
+        section="Glossary > Forms",
+    ),
+    chunk(
+        "ac2",
+        "Accounts are reviewed quarterly.",
+        title="Access Control",
+        section="Access Control > AC-2 Account Management",
+    ),
     chunk("list", "- 5 consecutive attempts lock the account.", title="Logon", section="Logon > Limits"),
     chunk("secret", "Form SEC-9 records incidents.", title="Runbook", section="Runbook > Forms"),
     chunk("common", "Security matters to everyone.", title="Security", section="Security > Security"),
@@ -236,20 +297,42 @@ ABOUT_CHUNKS = [
 
 def test_the_about_index_answers_exactly_what_scanning_every_passage_would() -> None:
     index = AboutIndex(ABOUT_CHUNKS)
-    terms = ["Shirley Temple", "Kiss and Tell", "Form EXP-7", "EXP-7", "AC-2", "Account Management", "5",
-             "Form SEC-9", "Security", "Temple", "Corliss Archer", "Glossary", "Ghana", "form exp-7", ""]
+    terms = [
+        "Shirley Temple",
+        "Kiss and Tell",
+        "Form EXP-7",
+        "EXP-7",
+        "AC-2",
+        "Account Management",
+        "5",
+        "Form SEC-9",
+        "Security",
+        "Temple",
+        "Corliss Archer",
+        "Glossary",
+        "Ghana",
+        "form exp-7",
+        "",
+    ]
     not_secret = lambda c: c.chunk_id != "secret"  # noqa: E731  (a principal who may not read the runbook)
     for term in terms:
         for exclude in ("", "temple", "form"):
             for allows in (lambda c: True, not_secret):
                 brute = any(
-                    c.chunk_id != exclude and allows(c) and is_about(term, Candidate(chunk=c)) for c in ABOUT_CHUNKS
+                    c.chunk_id != exclude and allows(c) and is_about(term, Candidate(chunk=c))
+                    for c in ABOUT_CHUNKS
                 )
                 assert index.any_about(term, exclude=exclude, allows=allows) == brute, (term, exclude)
     assert index.any_about("Shirley Temple", exclude="", allows=lambda c: True)
-    assert not index.any_about("Shirley Temple", exclude="temple", allows=lambda c: True)  # only its own passage
-    assert not index.any_about("Form SEC-9", exclude="", allows=not_secret)  # only in what the asker cannot read
-    assert not index.any_about("Corliss Archer", exclude="", allows=lambda c: True)  # named, but nothing is about it
+    assert not index.any_about(
+        "Shirley Temple", exclude="temple", allows=lambda c: True
+    )  # only its own passage
+    assert not index.any_about(
+        "Form SEC-9", exclude="", allows=not_secret
+    )  # only in what the asker cannot read
+    assert not index.any_about(
+        "Corliss Archer", exclude="", allows=lambda c: True
+    )  # named, but nothing is about it
 
 
 def test_run_in_headings_and_shouted_words_are_not_bridge_terms() -> None:
@@ -259,15 +342,40 @@ def test_run_in_headings_and_shouted_words_are_not_bridge_terms() -> None:
     assert "DAF-16" in terms and "EPA" in terms
     assert not any(t.split()[0] in {"RESULTS", "PARTICIPANTS", "Of"} for t in terms), terms
     # an acronym before a name is still a name: "NIST Special Publication", "EPA Chief Information Officer"
-    named = bridge_terms("Which standard applies?", "Follow NIST Special Publication 800-53 as the EPA Chief Information Officer says.", limit=5)
+    named = bridge_terms(
+        "Which standard applies?",
+        "Follow NIST Special Publication 800-53 as the EPA Chief Information Officer says.",
+        limit=5,
+    )
     assert "NIST Special Publication" in named and "EPA Chief Information Officer" in named
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.sampled_from(["Form", "EXP-7", '"Qualifying', 'Equipment"', "means", "is", "defined", "as", "refers",
-                         "to", "mean", "s", "Means", "\n", "a", "desk.", "“Leave”", "-", "x" * 70]),
+        st.sampled_from(
+            [
+                "Form",
+                "EXP-7",
+                '"Qualifying',
+                'Equipment"',
+                "means",
+                "is",
+                "defined",
+                "as",
+                "refers",
+                "to",
+                "mean",
+                "s",
+                "Means",
+                "\n",
+                "a",
+                "desk.",
+                "“Leave”",
+                "-",
+                "x" * 70,
+            ]
+        ),
         max_size=25,
     )
 )

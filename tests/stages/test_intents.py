@@ -146,8 +146,14 @@ def test_typographic_apostrophes_are_understood() -> None:
             "How many days does a customer have to return an item, and are gift cards refundable?",
             ["How many days does a customer have to return an item", "are gift cards refundable?"],
         ),
-        ("Which laptop do I get and is parental leave paid?", ["Which laptop do I get", "is parental leave paid?"]),
-        ("Leave is granted and is available to all staff?", ["Leave is granted and is available to all staff?"]),
+        (
+            "Which laptop do I get and is parental leave paid?",
+            ["Which laptop do I get", "is parental leave paid?"],
+        ),
+        (
+            "Leave is granted and is available to all staff?",
+            ["Leave is granted and is available to all staff?"],
+        ),
     ],
 )
 def test_be_questions_with_noun_phrase_subjects(question: str, expected: list[str]) -> None:

@@ -100,16 +100,34 @@ def test_deleting_a_trace_deletes_its_feedback(store: TraceStore) -> None:
 def test_analytics_queries(store: TraceStore) -> None:
     day1, day2 = BASE_TIME, BASE_TIME + timedelta(days=1)
     a = _save(store, user="alice", created_at=day1, seed=1)
-    b = _save(store, user="bob", created_at=day1 + timedelta(hours=1), abstained=True, seed=2,
-              question="Can I bring my dog to the office?")
-    c = _save(store, user="alice", created_at=day2, failed_citation=True, seed=3,
-              question="What is the per diem in Oslo?")
+    b = _save(
+        store,
+        user="bob",
+        created_at=day1 + timedelta(hours=1),
+        abstained=True,
+        seed=2,
+        question="Can I bring my dog to the office?",
+    )
+    c = _save(
+        store,
+        user="alice",
+        created_at=day2,
+        failed_citation=True,
+        seed=3,
+        question="What is the per diem in Oslo?",
+    )
     store.set_feedback(a, "alice", "up")
     store.set_feedback(c, "alice", "down", reason="wrong", comment="Oslo is not listed")
     days = store.daily_stats()
     assert [d["day"] for d in days] == ["2025-03-01", "2025-03-02"]
-    assert {k: days[0][k] for k in ("questions", "abstained", "failed_citations", "thumbs_up", "thumbs_down")} == {
-        "questions": 2, "abstained": 1, "failed_citations": 0, "thumbs_up": 1, "thumbs_down": 0,
+    assert {
+        k: days[0][k] for k in ("questions", "abstained", "failed_citations", "thumbs_up", "thumbs_down")
+    } == {
+        "questions": 2,
+        "abstained": 1,
+        "failed_citations": 0,
+        "thumbs_up": 1,
+        "thumbs_down": 0,
     }
     assert (days[1]["questions"], days[1]["failed_citations"], days[1]["thumbs_down"]) == (1, 1, 1)
     assert [d["day"] for d in store.daily_stats(since="2025-03-02")] == ["2025-03-02"]

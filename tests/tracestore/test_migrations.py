@@ -38,7 +38,7 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
         with engine.begin() as conn:
             conn.execute(
                 text(
-                    "INSERT INTO answers (trace_id, created_at, \"user\", question, has_failed_citation) "
+                    'INSERT INTO answers (trace_id, created_at, "user", question, has_failed_citation) '
                     "VALUES (:t, :c, 'alice', 'q?', false)"
                 ),
                 {"t": trace["trace_id"], "c": "2025-03-01 09:00:00"},

@@ -121,7 +121,9 @@ def _ask(page, question: str, answers_before: int) -> None:  # type: ignore[no-u
         f"document.querySelectorAll('.rag-answer').length > {answers_before}", timeout=ANSWER_TIMEOUT_MS
     )
     # The answer renders before the sources and the feedback widget under it: wait until this run has ended.
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000)
+    page.wait_for_function(
+        "!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000
+    )
     page.wait_for_timeout(1500)
 
 

@@ -274,10 +274,24 @@ def test_hops_list_every_follow_up_and_what_it_linked() -> None:
                 "hop": 1,
                 "from": ["c1"],
                 "queries": [
-                    {"term": "Form EXP-7", "query": "Form EXP-7 how long", "from": "c1", "found": ["c3"], "best_score": 0.4},
-                    {"term": "Finance", "query": "Finance how long", "from": "c1", "found": [], "best_score": None},
+                    {
+                        "term": "Form EXP-7",
+                        "query": "Form EXP-7 how long",
+                        "from": "c1",
+                        "found": ["c3"],
+                        "best_score": 0.4,
+                    },
+                    {
+                        "term": "Finance",
+                        "query": "Finance how long",
+                        "from": "c1",
+                        "found": [],
+                        "best_score": None,
+                    },
                 ],
-                "linked": [{"chunk_id": "c3", "from": "c1", "term": "Form EXP-7", "score": 0.4, "moved": False}],
+                "linked": [
+                    {"chunk_id": "c3", "from": "c1", "term": "Form EXP-7", "score": 0.4, "moved": False}
+                ],
                 "stopped": "nothing new: no follow-up passage beat the evidence it would displace",
             }
         ]
@@ -285,17 +299,27 @@ def test_hops_list_every_follow_up_and_what_it_linked() -> None:
     frame = components.hops_frame(t)
     assert list(frame["term"]) == ["Form EXP-7", "Finance"]
     assert "already in the evidence" in frame["linked"][0] and frame["linked"][1] == ""
-    assert components.hop_stops(t) == ["Hop 1: nothing new: no follow-up passage beat the evidence it would displace"]
+    assert components.hop_stops(t) == [
+        "Hop 1: nothing new: no follow-up passage beat the evidence it would displace"
+    ]
     assert components.hops_frame(trace()).empty
 
 
 def test_citations_checked_only_when_every_claim_is_supported() -> None:
     """Valid citations are not enough: a contradicted claim (issue 20's gift-card answer) never shows as checked."""
-    ok_cite = [{"n": 1, "chunk_id": "c1", "valid": True, "supported": True, "sentence": "s", "support_score": 1}]
+    ok_cite = [
+        {"n": 1, "chunk_id": "c1", "valid": True, "supported": True, "sentence": "s", "support_score": 1}
+    ]
     supported = [{"text": "Gift cards are not refundable [1].", "verdict": "supported"}]
     contradicted = [{"text": "Yes, we can refund the gift card.", "verdict": "contradicted"}]
-    good = {"answer": "Gift cards are not refundable [1].", "citations": ok_cite, "claims": supported,
-            "verified": True, "answer_check": {"complete": True}, "evidence": []}
+    good = {
+        "answer": "Gift cards are not refundable [1].",
+        "citations": ok_cite,
+        "claims": supported,
+        "verified": True,
+        "answer_check": {"complete": True},
+        "evidence": [],
+    }
     assert components.citations_checked(good) and "Citations checked" in components.badges_html(good)
     bad = {**good, "claims": contradicted, "verified": False}
     assert not components.citations_checked(bad)

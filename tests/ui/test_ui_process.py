@@ -29,7 +29,11 @@ def test_sigterm_to_rag_ui_stops_the_server(tmp_path: Path) -> None:
     log = open(tmp_path / "ui.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [rag, "ui", "--port", str(port), "--data-dir", str(tmp_path / "data")],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120

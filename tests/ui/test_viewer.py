@@ -15,7 +15,12 @@ ALICE = Principal("alice", frozenset({"staff"}))
 HANA = Principal("hana", frozenset({"staff", "hr"}))
 SAMPLE = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "pdfs"
 DOCS = {
-    "salary": {"title": "Salary Bands", "groups": ["hr"], "source": str(SAMPLE / "salary-bands.pdf"), "pages": 2},
+    "salary": {
+        "title": "Salary Bands",
+        "groups": ["hr"],
+        "source": str(SAMPLE / "salary-bands.pdf"),
+        "pages": 2,
+    },
     "refunds": {"title": "Refunds", "groups": ["*"], "source": str(SAMPLE / "refunds.pdf"), "contact": "x@y"},
 }
 
@@ -34,16 +39,26 @@ def test_the_passage_is_found_despite_reflowed_whitespace_and_highlighted_as_tex
     spans = passage_spans(page, "Customers may return items within 45 days of delivery for a full refund.")
     assert len(spans) == 1 and page[spans[0][0] : spans[0][1]].startswith("Customers")
     assert page[spans[0][0] : spans[0][1]].endswith("refund")
-    out = highlighted_html("<b>x</b> Customers may return items within 45 days.", "Customers may return items within 45 days.")
-    assert "&lt;b&gt;" in out and '<mark class="rag-mark">Customers may return items within 45 days</mark>' in out
+    out = highlighted_html(
+        "<b>x</b> Customers may return items within 45 days.", "Customers may return items within 45 days."
+    )
+    assert (
+        "&lt;b&gt;" in out
+        and '<mark class="rag-mark">Customers may return items within 45 days</mark>' in out
+    )
 
 
 def test_a_pdf_page_renders_with_the_passage_marked() -> None:
     png, boxes = render_pdf_page(
-        str(SAMPLE / "refunds.pdf"), 0.0, 1, "Customers may return items within 45 days of delivery for a full refund."
+        str(SAMPLE / "refunds.pdf"),
+        0.0,
+        1,
+        "Customers may return items within 45 days of delivery for a full refund.",
     )
     assert png.startswith(b"\x89PNG") and boxes >= 1
-    _, none = render_pdf_page(str(SAMPLE / "refunds.pdf"), 0.0, 1, "Nothing like this sentence is on the page.")
+    _, none = render_pdf_page(
+        str(SAMPLE / "refunds.pdf"), 0.0, 1, "Nothing like this sentence is on the page."
+    )
     assert none == 0
 
 
@@ -56,11 +71,22 @@ def test_chat_helpers_titles_length_and_export() -> None:
         "trace_id": "t1",
         "abstained": False,
         "citations": [{"n": 1, "valid": True, "supported": True}],
-        "evidence": [{"n": 1, "title": "Refunds", "doc_id": "refunds", "page": 1, "section": "Returns",
-                      "chunk_id": "c1", "text": "Customers may return items within 45 days."}],
+        "evidence": [
+            {
+                "n": 1,
+                "title": "Refunds",
+                "doc_id": "refunds",
+                "page": 1,
+                "section": "Returns",
+                "chunk_id": "c1",
+                "text": "Customers may return items within 45 days.",
+            }
+        ],
     }
-    messages = [{"role": "user", "content": "Refund window?"},
-                {"role": "assistant", "content": "45 days [1]", "trace": trace}]
+    messages = [
+        {"role": "user", "content": "Refund window?"},
+        {"role": "assistant", "content": "45 days [1]", "trace": trace},
+    ]
     md = conversation_markdown(messages)
     assert "**You:**" in md and "- [1] Refunds, p. 1, Returns: \u201cCustomers may return items" in md
     data = conversation_json(messages)
@@ -72,7 +98,9 @@ def test_documents_page_refuses_a_restricted_doc_in_the_address(
 ) -> None:
     from rag.index import IndexReader
 
-    salary = next(d for d, doc in IndexReader(ui_data_dir).documents().items() if doc.get("title") == "Salary Bands")
+    salary = next(
+        d for d, doc in IndexReader(ui_data_dir).documents().items() if doc.get("title") == "Salary Bands"
+    )
     at = open_app(monkeypatch, ui_data_dir, "alice")
     at.query_params["doc"] = salary
     goto(at, "documents")

@@ -66,7 +66,9 @@ def _plain_refusal(trace: dict[str, Any], contact: str) -> str:
 def _contact(trace: dict[str, Any], principal: Principal) -> str:
     """A contact from the metadata of the documents this answer looked at, else the configured default."""
     settings = services.get_settings()
-    doc_ids = [str(e.get("doc_id")) for e in [*(trace.get("evidence") or []), *(trace.get("candidates") or [])]]
+    doc_ids = [
+        str(e.get("doc_id")) for e in [*(trace.get("evidence") or []), *(trace.get("candidates") or [])]
+    ]
     try:
         documents = services.get_reader(settings).documents()
     except Exception:
@@ -75,7 +77,7 @@ def _contact(trace: dict[str, Any], principal: Principal) -> str:
 
 
 def _badges(trace: dict[str, Any]) -> str:
-    """"Citations checked" only when every citation passed, every claim is supported and every intent addressed."""
+    """ "Citations checked" only when every citation passed, every claim is supported and every intent addressed."""
     if trace.get("abstained"):
         return '<span class="rag-badge abstain">No answer in your policies</span>'
     failed = components.failed_citations(trace)
@@ -95,7 +97,9 @@ def _badges(trace: dict[str, Any]) -> str:
 def _open_source(e: dict[str, Any], principal: Principal, key: str) -> None:
     """The cited passage in its document (page image with the passage marked, or highlighted text)."""
     settings = services.get_settings()
-    source = sources.readable_source(services.get_reader(settings).documents(), principal, str(e.get("doc_id")))
+    source = sources.readable_source(
+        services.get_reader(settings).documents(), principal, str(e.get("doc_id"))
+    )
     if source is None:
         st.caption(sources.NOT_AVAILABLE)
         return
@@ -105,7 +109,9 @@ def _open_source(e: dict[str, Any], principal: Principal, key: str) -> None:
 def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> None:
     """The employee view of one answer: the text with its citations, a plain refusal, and each cited source."""
     badges = _badges(trace)
-    st.html(components.CSS + CHAT_CSS + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace))
+    st.html(
+        components.CSS + CHAT_CSS + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace)
+    )
     if trace.get("abstained"):
         st.info(_plain_refusal(trace, _contact(trace, principal)), icon=":material/contact_support:")
     components.show_failed_citations(trace)
@@ -131,11 +137,19 @@ def _show_how(principal: Principal) -> bool:
     """Whether the evidence panel shows: a toggle for employees, always on for admins."""
     settings = services.get_settings()
     if services.is_admin(principal, settings):
-        st.toggle("Show how this answer was built", value=True, disabled=True, key="chat_show_how_admin",
-                  help="Always on for administrators.")
+        st.toggle(
+            "Show how this answer was built",
+            value=True,
+            disabled=True,
+            key="chat_show_how_admin",
+            help="Always on for administrators.",
+        )
         return True
-    return st.toggle("Show how this answer was built", key=SHOW_HOW,
-                     help="The passages the answer was built from, in the order the model saw them, with scores.")
+    return st.toggle(
+        "Show how this answer was built",
+        key=SHOW_HOW,
+        help="The passages the answer was built from, in the order the model saw them, with scores.",
+    )
 
 
 def render_assistant(message: dict[str, Any], index: int, show_how: bool = False) -> None:
@@ -172,14 +186,24 @@ def _sidebar(store: Any, principal: Principal) -> None:
         if _messages():
             cols = st.columns(2)
             cols[0].download_button(
-                "Markdown", conversation_markdown(_messages()), file_name="conversation.md",
-                mime="text/markdown", icon=":material/download:", key="chat_export_md", on_click="ignore",
+                "Markdown",
+                conversation_markdown(_messages()),
+                file_name="conversation.md",
+                mime="text/markdown",
+                icon=":material/download:",
+                key="chat_export_md",
+                on_click="ignore",
                 help="This conversation with each answer's citations",
             )
             cols[1].download_button(
-                "JSON", json.dumps(conversation_json(_messages()), indent=2, ensure_ascii=False),
-                file_name="conversation.json", mime="application/json", icon=":material/download:",
-                key="chat_export_json", on_click="ignore", help="This conversation with each answer's citations",
+                "JSON",
+                json.dumps(conversation_json(_messages()), indent=2, ensure_ascii=False),
+                file_name="conversation.json",
+                mime="application/json",
+                icon=":material/download:",
+                key="chat_export_json",
+                on_click="ignore",
+                help="This conversation with each answer's citations",
             )
         if store is None:
             return
@@ -194,7 +218,9 @@ def _sidebar(store: Any, principal: Principal) -> None:
         if sessions:
             # Labels must be unique: a selectbox keeps its value by label.
             labels = {
-                s["id"]: f"{(s.get('title') or 'Untitled')[:48]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
+                s[
+                    "id"
+                ]: f"{(s.get('title') or 'Untitled')[:48]} \u00b7 {str(s.get('created_at') or '')[5:16]} "
                 f"({s.get('turns', 0)} turns)"
                 for s in sessions
             }
@@ -235,8 +261,17 @@ def _citations_of(trace: dict[str, Any]) -> list[dict[str, Any]]:
     for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []):
         e = ev.get(n)
         if e is not None:
-            out.append({"n": n, "title": e.get("title"), "doc_id": e.get("doc_id"), "page": e.get("page"),
-                        "section": e.get("section"), "chunk_id": e.get("chunk_id"), "text": e.get("text")})
+            out.append(
+                {
+                    "n": n,
+                    "title": e.get("title"),
+                    "doc_id": e.get("doc_id"),
+                    "page": e.get("page"),
+                    "section": e.get("section"),
+                    "chunk_id": e.get("chunk_id"),
+                    "text": e.get("text"),
+                }
+            )
     return out
 
 
@@ -246,8 +281,11 @@ def conversation_json(messages: list[dict[str, Any]]) -> dict[str, Any]:
     for m in messages:
         turn: dict[str, Any] = {"role": m["role"], "content": m["content"]}
         if m.get("trace"):
-            turn.update(trace_id=m["trace"].get("trace_id"), abstained=bool(m["trace"].get("abstained")),
-                        citations=_citations_of(m["trace"]))
+            turn.update(
+                trace_id=m["trace"].get("trace_id"),
+                abstained=bool(m["trace"].get("abstained")),
+                citations=_citations_of(m["trace"]),
+            )
         turns.append(turn)
     return {"exported_at": datetime.now(UTC).isoformat(timespec="seconds"), "turns": turns}
 
@@ -261,7 +299,9 @@ def conversation_markdown(messages: list[dict[str, Any]]) -> str:
         for c in _citations_of(m.get("trace") or {}):
             page = f", p. {c['page']}" if c.get("page") else ""
             quote = " ".join(str(c.get("text") or "").split())
-            lines.append(f"- [{c['n']}] {c.get('title')}{page}, {c.get('section') or ''}: \u201c{quote}\u201d")
+            lines.append(
+                f"- [{c['n']}] {c.get('title')}{page}, {c.get('section') or ''}: \u201c{quote}\u201d"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -356,7 +396,7 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
         store.add_turn(session_id, "user", prompt)
 
     fact = extract_fact(prompt)
-    notice = None
+    notice = ""
     if fact is not None:
         key, value = fact
         if store is not None:
@@ -364,7 +404,7 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
             notice = f"{NOTED} I'll remember: \u201c{value}\u201d."
         else:
             notice = "I can't remember facts while the trace database is unavailable."
-    if fact is not None and "?" not in prompt:
+    if notice and "?" not in prompt:
         messages.append({"role": "assistant", "content": notice, "notice": True})
         with st.chat_message("assistant"):
             st.markdown(components.escape_md(notice))
@@ -430,9 +470,9 @@ def render() -> None:
     finally:
         banner.empty()
     if prompt and prompt.strip():
-        message = too_long(prompt.strip(), settings.question_max_chars)
-        if message:
-            st.warning(message, icon=":material/short_text:")
+        refusal = too_long(prompt.strip(), settings.question_max_chars)
+        if refusal:
+            st.warning(refusal, icon=":material/short_text:")
         else:
             handle(prompt.strip(), pipeline, store, principal, show_how)
     _sidebar_memory(store, principal)

@@ -112,11 +112,14 @@ def _viewer(documents: dict[str, dict[str, Any]], visible: dict[str, Any], princ
             return
         doc_id, page = source.doc_id, _requested_page()
     else:
-        titles = {d: str(doc.get("title") or d) for d, doc in sorted(visible.items(), key=lambda i: str(i[1].get("title")))}
+        titles = {
+            d: str(doc.get("title") or d)
+            for d, doc in sorted(visible.items(), key=lambda i: str(i[1].get("title")))
+        }
         if not titles:
             st.caption("No documents you may read.")
             return
-        doc_id = st.selectbox("Document", list(titles), format_func=titles.get, key="docs_open")
+        doc_id = str(st.selectbox("Document", list(titles), format_func=lambda d: titles[d], key="docs_open"))
         source = sources.readable_source(documents, principal, doc_id)  # re-checked on every run
         if source is None:
             st.error(sources.NOT_AVAILABLE, icon=":material/lock:")
