@@ -92,7 +92,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -127,6 +127,7 @@ HAYSTACK_MISSING = (
 )
 
 Log = Callable[[str], None]
+Q = TypeVar("Q")  # a question as a run takes it (text, or a suite question with its asker)
 EXCLUDED = ("generate",)  # as benchmarks/query.py: what an LLM would replace
 AFTER_EVIDENCE = ("answer_type", "prompt", "generate", "citations")  # our stages past the peer's last one
 
@@ -498,7 +499,21 @@ def side_by_side(
 
     runs: list[tuple[str, Callable[[str], Answer]]] = [("ours", ours.ask)]
     runs += [(peer_label(n), with_threads(n)) for n in peer_threads]
-    warm = "What is this about?"  # first-call costs (graphs, caches) are not per-query latency
+    # first-call costs (graphs, caches) are not per-query latency
+    return rotate(runs, questions, "What is this about?", peer_label(peer_threads[0]), log=log, every=50)
+
+
+def rotate(
+    runs: Sequence[tuple[str, Callable[[Q], Answer]]],
+    questions: Sequence[Q],
+    warm: Q,
+    peer: str,
+    *,
+    log: Log,
+    every: int,
+) -> tuple[list[Answer], list[Answer], dict[str, list[float]]]:
+    """Every question through every run (label, ask), who goes first rotating per question, after one warm-up
+    call each; returns ours' answers, the ``peer`` run's answers and each run's milliseconds."""
     for _, first in runs:
         first(warm)
     ms: dict[str, list[float]] = {label: [] for label, _ in runs}
@@ -511,8 +526,8 @@ def side_by_side(
             got[label] = ask(q)
             ms[label].append(got[label].ms)
         mine.append(got["ours"])
-        theirs.append(got[peer_label(peer_threads[0])])
-        if (i + 1) % 50 == 0:
+        theirs.append(got[peer])
+        if (i + 1) % every == 0:
             log(f"  {i + 1}/{len(questions)} questions")
     return mine, theirs, ms
 
@@ -1094,22 +1109,7 @@ def users_side_by_side(
     runs: list[tuple[str, Callable[[SuiteQuestion], Answer]]] = [("ours", ours_ask)]
     runs += [(peer_label(n), peer_with(n)) for n in peer_threads]
     warm = SuiteQuestion("warm-up", "single", "What is this about?", (), ())
-    for _, first in runs:
-        first(warm)
-    ms: dict[str, list[float]] = {label: [] for label, _ in runs}
-    mine: list[Answer] = []
-    theirs: list[Answer] = []
-    for i, q in enumerate(questions):
-        got: dict[str, Answer] = {}
-        for j in range(len(runs)):
-            label, ask = runs[(i + j) % len(runs)]
-            got[label] = ask(q)
-            ms[label].append(got[label].ms)
-        mine.append(got["ours"])
-        theirs.append(got[peer_label(peer_threads[0])])
-        if (i + 1) % 10 == 0:
-            log(f"  {i + 1}/{len(questions)} questions")
-    return mine, theirs, ms
+    return rotate(runs, questions, warm, peer_label(peer_threads[0]), log=log, every=10)
 
 
 def _sizes(texts: Sequence[str]) -> tuple[int, int, int]:
