@@ -448,9 +448,9 @@ def freeze_from_index(
             reader = IndexReader(settings.data_dir)
     if pipeline is None and retrieval == "pipeline" and distractors == "retrieved":
         try:
-            from rag.pipeline import Pipeline
+            from rag.factory import build_pipeline
 
-            pipeline = Pipeline(settings, reader=reader)
+            pipeline = build_pipeline(settings, reader=reader)
         except (ImportError, RagError) as exc:
             warn(f"Pipeline unavailable ({exc}); ranking candidates with BM25 only.")
     all_chunks: list[Chunk] = list(reader.generation.chunks)
