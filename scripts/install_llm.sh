@@ -25,8 +25,12 @@ echo "==> Model parts (22 packages, 1.12 GB) into $("$PYTHON" -c 'import sys; pr
 if "$PYTHON" -c 'import llama_cpp, uvicorn, fastapi, sse_starlette, starlette_context' 2>/dev/null; then
   echo "==> $RUNTIME already importable; not rebuilding"
 else
+  # Portable CPU flags, never -march=native: a native build can emit AMX code a VM does not enable (SIGILL).
+  # A CMAKE_ARGS you set yourself wins.
+  export CMAKE_ARGS="${CMAKE_ARGS:-$("$PYTHON" -m rag.llm_cli cmake-args)}"
   echo "==> Building $RUNTIME (about 6.5 minutes with CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL)"
-  "$PYTHON" -m pip install "$RUNTIME"
+  echo "    CMAKE_ARGS=$CMAKE_ARGS"
+  "$PYTHON" -m pip install --no-cache-dir "$RUNTIME"
 fi
 
 echo "==> Assembling the model file"

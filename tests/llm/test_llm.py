@@ -644,3 +644,46 @@ def test_copied_passage_headers_are_dropped_and_short_answers_kept(fake: FakeOpe
     assert out.text == "Refunds take 45 days [1].\nSources: [1]"
     fake.queue(Reply(text="Yes [2]."))
     assert generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard").text == "Yes [2]."
+
+
+# The runtime's source build uses portable CPU flags: never -march=native, never AMX (a native build on a VM that
+# reports AMX tiles died with SIGILL at the first token).
+AMX_VM_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+flags\t\t: fpu sse sse2 avx f16c fma avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+processor\t: 1
+flags\t\t: fpu sse sse2 avx f16c fma avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+"""
+AVX2_ONLY_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
+
+
+def test_portable_cmake_args_switch_on_what_the_cpu_reports_and_never_native_or_amx() -> None:
+    amx = llm_serve.portable_cmake_args(AMX_VM_CPUINFO).split()
+    assert amx == [
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+        "-DGGML_AVX512=ON",
+        "-DGGML_AVX512_VNNI=ON",
+    ]
+    assert not any("AMX" in arg for arg in amx)
+    avx2 = llm_serve.portable_cmake_args(AVX2_ONLY_CPUINFO).split()
+    assert "-DGGML_AVX2=ON" in avx2 and "-DGGML_AVX512=OFF" in avx2 and "-DGGML_AVX512_VNNI=OFF" in avx2
+    # Not x86 (no flags line) or unreadable: a generic build, native detection still off.
+    generic = llm_serve.portable_cmake_args("processor\t: 0\nFeatures\t: fp asimd\n").split()
+    assert generic[0] == "-DGGML_NATIVE=OFF" and all(arg.endswith("=OFF") for arg in generic)
+
+
+def test_runtime_build_environment_keeps_cmake_args_the_user_set() -> None:
+    env = llm_serve.runtime_build_environment({"PATH": "/bin"}, AMX_VM_CPUINFO, build_jobs=3)
+    assert env["CMAKE_BUILD_PARALLEL_LEVEL"] == "3" and env["PATH"] == "/bin"
+    assert env["CMAKE_ARGS"] == llm_serve.portable_cmake_args(AMX_VM_CPUINFO)
+    mine = llm_serve.runtime_build_environment({"CMAKE_ARGS": "-DGGML_BLAS=ON"}, AMX_VM_CPUINFO, build_jobs=2)
+    assert mine["CMAKE_ARGS"] == "-DGGML_BLAS=ON"
+
+
+def test_install_script_takes_its_cmake_args_from_the_same_function() -> None:
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "install_llm.sh").read_text()
+    assert "rag.llm_cli cmake-args" in script and "GGML_NATIVE=ON" not in script
