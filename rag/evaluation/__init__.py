@@ -9,8 +9,9 @@ For the UI's Evaluation page::
 """
 
 from rag.evaluation.plot import save_figure, sweep_figure
-from rag.evaluation.position import Cell, SweepConfig, SweepResult, load_sweep, run_sweep, save_sweep
+from rag.evaluation.position import Cell, SweepConfig, SweepResult, run_sweep
 from rag.evaluation.stats import Comparison
+from rag.evaluation.sweep_files import load_sweep, save_sweep
 
 __all__ = [
     "Cell",

@@ -216,7 +216,8 @@ def position(
     """Freeze retrieval, move the gold passage, and measure accuracy by position with confidence intervals."""
     from rag.evaluation.generators import DEFAULT_CURVE
     from rag.evaluation.plot import save_figure
-    from rag.evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep, save_sweep
+    from rag.evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep
+    from rag.evaluation.sweep_files import save_sweep
 
     settings = _settings(data_dir)
     if generator is None:

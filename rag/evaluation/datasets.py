@@ -174,6 +174,55 @@ class EvidenceSet:
         return data
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One arrangement of a question's evidence as the model will see it."""
+
+    qid: str
+    kind: str  # "depth", "position", "strategy", "spacing", "control"
+    label: str  # the cell: "depth 50%", "position 5", "edges", "split", "control"
+    length: str  # "20" (passages) or "2000t" (tokens)
+    strategy: str  # "fixed" for placed gold, a packing strategy, "spacing:<name>" or "control"
+    depth: float | None  # requested depth for depth variants, else None
+    passages: tuple[Passage, ...]
+
+    @property
+    def gold_positions(self) -> tuple[int, ...]:
+        return tuple(i for i, p in enumerate(self.passages) if p.gold)
+
+    @property
+    def gold_blocks(self) -> tuple[tuple[int, int], ...]:
+        """Runs of adjacent gold passages as (0-based start, size), front to back."""
+        blocks: list[tuple[int, int]] = []
+        for i in self.gold_positions:
+            if blocks and sum(blocks[-1]) == i:
+                blocks[-1] = (blocks[-1][0], blocks[-1][1] + 1)
+            else:
+                blocks.append((i, 1))
+        return tuple(blocks)
+
+    @property
+    def block_depths(self) -> tuple[float, ...]:
+        """Each gold block's depth on the scale the depth cells place it (``depth_to_start``): start / (L - size).
+
+        A block flush with the front is at 0 and one flush with the back at 1, whatever its size; a single
+        passage at 0-based position i is at i / (L - 1). Measuring a pair at the front by its second passage
+        (1 / (L - 1)) would put the "depth 0%" cell of every two-source question inside the context."""
+        total = len(self.passages)
+        return tuple(start / (total - size) if total > size else 0.0 for start, size in self.gold_blocks)
+
+    @property
+    def position(self) -> int | None:
+        """1-based position of the first gold passage."""
+        return self.gold_positions[0] + 1 if self.gold_positions else None
+
+    @property
+    def realised_depth(self) -> float | None:
+        """Depth of the first gold block (of the gold passage, for one-source questions)."""
+        depths = self.block_depths
+        return depths[0] if depths else None
+
+
 def _passage_json(p: Passage) -> dict[str, Any]:
     return {k: v for k, v in asdict(p).items() if v not in (None, "", 0) or k in ("pid", "text", "gold")}
 

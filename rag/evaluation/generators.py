@@ -22,8 +22,7 @@ from rag.text import bm25_tokens, count_tokens
 from rag.types import Evidence, Prompt
 
 if TYPE_CHECKING:
-    from rag.evaluation.datasets import EvidenceSet
-    from rag.evaluation.position import Variant
+    from rag.evaluation.datasets import EvidenceSet, Variant
 
 GENERATORS = ("openai", "extractive", "simulated")
 DEFAULT_CURVE = "0.60 + 0.35 * (2*d - 1)**2"

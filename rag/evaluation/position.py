@@ -7,13 +7,11 @@ strategy of ``rag.stages.packing.edge_pack`` applied to the question's ranked ev
 multi-source questions, and a control with the gold removed. Each cell reports accuracy with a Wilson interval,
 and paired tests say which differences are more than noise.
 
-The UI's Evaluation page uses ``run_sweep(config)``, ``load_sweep(dir)`` and ``rag.evaluation.plot.sweep_figure``.
+The UI's Evaluation page uses ``run_sweep(config)``, ``rag.evaluation.sweep_files.load_sweep(dir)`` and ``rag.evaluation.plot.sweep_figure``.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 from collections import Counter
@@ -29,6 +27,7 @@ from rag.evaluation.datasets import (
     EvalQuestion,
     EvidenceSet,
     Passage,
+    Variant,
     default_questions_path,
     detect_format,
     kv_sets,
@@ -194,55 +193,6 @@ def length_json(label: str) -> int | str:
 
 
 # ------------------------------------------------------------------------------------------------ variants
-@dataclass(frozen=True)
-class Variant:
-    """One arrangement of a question's evidence as the model will see it."""
-
-    qid: str
-    kind: str  # "depth", "position", "strategy", "spacing", "control"
-    label: str  # the cell: "depth 50%", "position 5", "edges", "split", "control"
-    length: str  # "20" (passages) or "2000t" (tokens)
-    strategy: str  # "fixed" for placed gold, a packing strategy, "spacing:<name>" or "control"
-    depth: float | None  # requested depth for depth variants, else None
-    passages: tuple[Passage, ...]
-
-    @property
-    def gold_positions(self) -> tuple[int, ...]:
-        return tuple(i for i, p in enumerate(self.passages) if p.gold)
-
-    @property
-    def gold_blocks(self) -> tuple[tuple[int, int], ...]:
-        """Runs of adjacent gold passages as (0-based start, size), front to back."""
-        blocks: list[tuple[int, int]] = []
-        for i in self.gold_positions:
-            if blocks and sum(blocks[-1]) == i:
-                blocks[-1] = (blocks[-1][0], blocks[-1][1] + 1)
-            else:
-                blocks.append((i, 1))
-        return tuple(blocks)
-
-    @property
-    def block_depths(self) -> tuple[float, ...]:
-        """Each gold block's depth on the scale the depth cells place it (``depth_to_start``): start / (L - size).
-
-        A block flush with the front is at 0 and one flush with the back at 1, whatever its size; a single
-        passage at 0-based position i is at i / (L - 1). Measuring a pair at the front by its second passage
-        (1 / (L - 1)) would put the "depth 0%" cell of every two-source question inside the context."""
-        total = len(self.passages)
-        return tuple(start / (total - size) if total > size else 0.0 for start, size in self.gold_blocks)
-
-    @property
-    def position(self) -> int | None:
-        """1-based position of the first gold passage."""
-        return self.gold_positions[0] + 1 if self.gold_positions else None
-
-    @property
-    def realised_depth(self) -> float | None:
-        """Depth of the first gold block (of the gold passage, for one-source questions)."""
-        depths = self.block_depths
-        return depths[0] if depths else None
-
-
 def place(
     distractors: Sequence[Passage], gold: Sequence[Passage], positions: Sequence[int]
 ) -> tuple[Passage, ...]:
@@ -1103,114 +1053,6 @@ def compare_cells(
     return out
 
 
-# ------------------------------------------------------------------------------------------------ files
-CELL_COLUMNS = [
-    "length",
-    "label",
-    "kind",
-    "strategy",
-    "depth",
-    "position",
-    "n",
-    "accuracy",
-    "ci_low",
-    "ci_high",
-    "strict_accuracy",
-    "strict_ci_low",
-    "strict_ci_high",
-    "citation_accuracy",
-    "abstention_rate",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_ms",
-    "cost",
-    "cost_total",
-    "errors",
-    "questions",
-    "realised_depth",
-    "correct",
-    "expected",
-]
-COMPARISON_COLUMNS = [
-    "a",
-    "b",
-    "n_pairs",
-    "acc_a",
-    "acc_b",
-    "diff",
-    "p_value",
-    "test",
-    "within_noise",
-    "runs_needed",
-    "a_only",
-    "b_only",
-    "ci_low",
-    "ci_high",
-]
-
-
-def save_sweep(result: SweepResult, out_dir: Path, *, plot: bool = True) -> dict[str, Path]:
-    """Write sweep.json, cells.csv, comparisons.csv, runs.jsonl and position-sweep.png into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "sweep": out / "sweep.json",
-        "cells": out / "cells.csv",
-        "comparisons": out / "comparisons.csv",
-        "runs": out / "runs.jsonl",
-    }
-    paths["sweep"].write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
-    with open(paths["cells"], "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CELL_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for c in result.cells:
-            w.writerow(c.to_json())
-    with open(paths["comparisons"], "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COMPARISON_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for cmp in result.comparisons:
-            w.writerow(cmp.to_json())
-    with open(paths["runs"], "w") as fh:
-        for r in result.runs:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    if plot:
-        from rag.evaluation.plot import save_figure
-
-        paths["plot"] = save_figure(result, out / "position-sweep.png")
-    return paths
-
-
-def load_sweep(path: Path) -> SweepResult:
-    """A saved sweep (a directory written by ``save_sweep`` or its sweep.json)."""
-    p = Path(path)
-    folder = p if p.is_dir() else p.parent
-    sweep_file = p if p.is_file() else p / "sweep.json"
-    try:
-        doc = json.loads(sweep_file.read_text())
-    except FileNotFoundError:
-        raise ConfigurationError(
-            f"No sweep found at {path}.", hint="Run `rag eval position --out DIR` first."
-        ) from None
-    runs: list[dict[str, Any]] = []
-    runs_file = folder / "runs.jsonl"
-    if runs_file.is_file():
-        runs = [json.loads(line) for line in runs_file.read_text().splitlines() if line.strip()]
-    comparisons = [
-        Comparison(**{f.name: c[f.name] for f in fields(Comparison) if f.name in c})
-        for c in doc["comparisons"]
-    ]
-    return SweepResult(
-        config=doc.get("config", {}),
-        cells=[cell_from_json(c) for c in doc["cells"]],
-        comparisons=comparisons,
-        runs=runs,
-        warnings=doc.get("warnings", []),
-        generator=doc.get("generator", ""),
-        model=doc.get("model", ""),
-        n_questions=doc.get("questions", 0),
-    )
-
-
 __all__ = [
     "Cell",
     "SweepConfig",
@@ -1219,9 +1061,7 @@ __all__ = [
     "build_variants",
     "freeze_from_index",
     "load_evidence_sets",
-    "load_sweep",
     "place",
     "render",
     "run_sweep",
-    "save_sweep",
 ]

@@ -21,15 +21,14 @@ from rag.evaluation.position import (
     build_variants,
     depth_to_start,
     distractors_for,
-    load_sweep,
     parse_depths,
     parse_length,
     place,
     render,
     run_sweep,
-    save_sweep,
     spacing_positions,
 )
+from rag.evaluation.sweep_files import load_sweep, save_sweep
 from rag.stages.packing import STRATEGIES
 
 CURVE = "0.60 + 0.35 * (2*d - 1)**2"
