@@ -124,11 +124,14 @@ def load_questions(path: Path, limit: int | None = None) -> list[EvalQuestion]:
     return [question_from_dict(d, n) for n, d in read_jsonl(path, limit)]
 
 
+# The sample corpus's questions: a data file of ingest/sample/, installed beside rag/ (package data). Found by its
+# path, never by importing ingest (rag/ imports neither ingest/ nor ui/; .importlinter).
+SAMPLE_QUESTIONS = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "questions.jsonl"
+
+
 def default_questions_path() -> Path:
     """The sample corpus's questions, shipped with the package."""
-    import ingest.sample as sample  # a data package; evaluation reads its file, never its code
-
-    return Path(sample.__file__).parent / "questions.jsonl"
+    return SAMPLE_QUESTIONS
 
 
 # ---------------------------------------------------------------------------------------------------- evidence
