@@ -184,7 +184,7 @@ def _register_optional(command: str | None = None) -> None:
         app.add_typer(db_app, name="db", help="Trace database migrations (one-shot step).")
         app.add_typer(traces_app, name="traces", help="List, show and export stored answer traces.")
     if wanted("eval"):
-        from rag.evaluation.cli import eval_app
+        from evaluation.cli import eval_app
 
         app.add_typer(
             eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation."

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rag.evaluation.cli import eval_app
+from evaluation.cli import eval_app
 from rag.evaluation.datasets import save_frozen, synthetic_sets
 
 runner = CliRunner()

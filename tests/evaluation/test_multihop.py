@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rag.errors import ConfigurationError
-from rag.evaluation.cli import eval_app
+from evaluation.cli import eval_app
 from rag.evaluation.multihop import answer_present, grade, load_multihop, paragraph_id, summarise
 
 PARAGRAPHS = {

@@ -1,4 +1,4 @@
-"""``rag eval``: position-sensitivity sweeps and end-to-end answer quality. Mounted by ``rag.cli`` as ``eval``."""
+"""``rag eval``: position-sensitivity sweeps and end-to-end answer quality. Mounted by ``supportbot.cli`` as ``eval``."""
 
 from __future__ import annotations
 
@@ -610,12 +610,12 @@ def suite(
     ] = False,
 ) -> None:
     """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
-    from rag.evaluation.suite import SUITES, Paths, run_suites, strip_rows
+    from evaluation.suite import SUITES, Paths, run_suites, strip_rows
     from rag.pipeline import PipelineOptions
 
     chosen = list(SUITES) if suites == "all" else [s.strip() for s in suites.split(",") if s.strip()]
     settings = _settings(data_dir)
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
     paths.work_dir.mkdir(parents=True, exist_ok=True)
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
