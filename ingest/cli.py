@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+import typer
 
-from ingest.indexer import ingest
-from rag.config import Settings
+from rag.cli_support import DataDir, JsonFlag, user_errors
+from rag.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 STATUS_STYLE = {"indexed": "green", "unchanged": "dim", "removed": "yellow", "failed": "bold red"}
 
@@ -19,6 +22,12 @@ def run_ingest(
     paths: Sequence[str], settings: Settings, *, prune: bool = False, as_json: bool = False
 ) -> int:
     """Run ingestion and print its report. Returns the exit status: 1 when any file failed."""
+    # imported here: `rag ask` and the other commands mount `ingest_command` without paying for ingestion
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ingest.indexer import ingest
+
     err = Console(stderr=True)
     show_progress = not as_json and err.is_terminal
     with Progress(
@@ -59,8 +68,22 @@ def run_ingest(
     return 0 if report.ok else 1
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ingest`` runs the same command as ``rag ingest``."""
-    from rag.cli import app
+@user_errors
+def ingest_command(
+    paths: Annotated[
+        list[str], typer.Argument(help="Files, folders (recursive) or globs: .pdf .md .txt .jsonl")
+    ],
+    data_dir: DataDir = None,
+    prune: Annotated[bool, typer.Option("--prune", help="Remove documents whose files are gone.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ingest policy documents into the hybrid index (safe to re-run; unchanged files cost nothing)."""
+    code = run_ingest(paths, load_settings(data_dir=data_dir), prune=prune, as_json=as_json)
+    raise typer.Exit(code)
 
-    app(["ingest", *(sys.argv[1:] if argv is None else argv)], prog_name="python -m ingest")
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m ingest`` runs the same command as ``rag ingest`` (which mounts ``ingest_command``)."""
+    app = typer.Typer()
+    app.command("ingest")(ingest_command)
+    app(list(sys.argv[1:] if argv is None else argv), prog_name="python -m ingest")

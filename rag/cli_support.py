@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from rag.errors import RagError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False),
+]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object (a stable contract for scripts).")
+]
 
 
 def user_errors(func: F) -> F:

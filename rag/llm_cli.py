@@ -1,6 +1,6 @@
 """``rag llm``: run the packaged model behind a local OpenAI-compatible server.
 
-Mounted by ``rag.cli`` as ``rag llm``; also runnable alone as ``python -m rag.llm_cli``.
+Mounted by ``supportbot.cli`` as ``rag llm``; also runnable alone as ``python -m rag.llm_cli``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The static checks, one command: ruff check, ruff format --check, mypy over rag, ingest, ui and benchmarks, and the import-layer
+# The static checks, one command: ruff check, ruff format --check, mypy over rag, ingest, ui, evaluation, supportbot and benchmarks, and the import-layer
 # contracts in .importlinter (lint-imports). Every check runs; the exit status is 1 when any of them failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +11,8 @@ check() {
   echo "== $*"
   if "$@"; then echo "ok: $1"; else echo "FAILED: $1"; status=1; fi
 }
-check ruff check rag ingest ui tests benchmarks migrations
-check ruff format --check rag ingest ui tests benchmarks migrations
-check mypy rag ingest ui benchmarks
+check ruff check rag ingest ui evaluation supportbot tests benchmarks migrations
+check ruff format --check rag ingest ui evaluation supportbot tests benchmarks migrations
+check mypy rag ingest ui evaluation supportbot benchmarks
 check lint-imports .importlinter
 exit "$status"

@@ -1,7 +1,7 @@
 """``rag ui``: start the Streamlit app on localhost.
 
-Mount it in ``rag/cli.py`` (the composition root) with ``app.command("ui")(ui_command)``, imported inside a
-function so ``rag`` the library never imports ``ui``.
+Mounted by ``supportbot/cli.py`` (the composition root) with ``app.command("ui")(ui_command)``, imported only
+when the command line names ``ui``; ``rag`` the library never imports ``ui``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def test_query_benchmark_reports_every_stage(sample_data_dir: Path) -> None:
 def test_rag_bench_lists_benchmarks_and_passes_help_through() -> None:
     from typer.testing import CliRunner
 
-    from rag.cli import BENCHMARKS, app
+    from supportbot.cli import BENCHMARKS, app
 
     listing = CliRunner().invoke(app, ["bench", "--help"])
     assert listing.exit_code == 0

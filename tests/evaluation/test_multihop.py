@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rag.errors import ConfigurationError
 from evaluation.cli import eval_app
+from rag.errors import ConfigurationError
 from rag.evaluation.multihop import answer_present, grade, load_multihop, paragraph_id, summarise
 
 PARAGRAPHS = {

@@ -15,11 +15,11 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ingest.indexer import ingest
-from rag.cli import app
 from rag.config import load_settings
 from rag.index import IndexReader, current_generation, index_root
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
+from supportbot.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 EVERYONE = SearchFilter(Principal("t", frozenset()), date(2026, 1, 1))

@@ -21,8 +21,8 @@ HEAVY = (
     "sqlalchemy",
     "streamlit",
 )
-# `rag` as its console script runs it: rag.cli.main() with the arguments after the program name
-RAG = "import sys; from rag.cli import main; main()"
+# `rag` as its console script runs it: supportbot.cli.main() with the arguments after the program name
+RAG = "import sys; from supportbot.cli import main; main()"
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("rag", "ingest", "ui", "benchmarks")
+PACKAGES = ("rag", "ingest", "ui", "evaluation", "benchmarks", "supportbot")
 ALLOWED_FILES = {"rag/config.py"}
 ENVIRONMENT = re.compile(
     r"\bos\.(environ|getenv|putenv|unsetenv|environb)\b|\bfrom\s+os\s+import\b.*\b(environ|getenv|putenv)\b"

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 def test_ingest_ask_then_show_works_without_db_upgrade(
     tmp_path: Path, sample_data_dir: Path, sample_pdfs: Path
 ) -> None:
-    from rag.cli import app
     from rag.tracestore.cli import traces_app
+    from supportbot.cli import app
 
     data_dir = tmp_path / "data"
     shutil.copytree(sample_data_dir, data_dir)  # an ingested corpus and no trace database

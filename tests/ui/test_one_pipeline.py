@@ -27,9 +27,9 @@ def _summary(out: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def test_ui_and_cli_give_the_same_answers_and_evidence(ui_data_dir: Path) -> None:
-    from rag.cli import app
     from rag.pipeline import Question
     from rag.types import Principal
+    from supportbot.cli import app
     from ui import services
 
     result = CliRunner().invoke(

@@ -1,5 +1,8 @@
-"""The ``rag`` command. It is the composition root: the one place that wires ``ingest/`` and ``ui/`` to ``rag/``
-(their imports happen inside the commands, so ``rag`` the library never depends on them)."""
+"""The ``rag`` command (``python -m supportbot``). This package is the composition root: the one place that wires
+``ingest/``, ``ui/`` and ``evaluation/`` to ``rag/``; ``rag`` the library imports none of them (.importlinter).
+
+The command groups with heavy imports (evaluation, the trace store, the LLM server, the UI) are mounted only when
+the command line names them, so a no-op ``rag ingest`` loads none of their libraries."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rag.cli_support import user_errors
+from ingest.cli import ingest_command
+from rag.cli_support import DataDir, JsonFlag, user_errors
 from rag.config import Settings, load_settings
 from rag.errors import ConfigurationError, RagError
 from rag.types import Principal
@@ -20,34 +24,11 @@ app = typer.Typer(
     help="Policy support bot: ingest documents, ask questions, inspect traces.", no_args_is_help=True
 )
 
-DataDir = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False),
-]
-JsonFlag = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object (a stable contract for scripts).")
-]
+app.command("ingest")(ingest_command)
 
 
 def settings_for(data_dir: Path | None, **overrides: Any) -> Settings:
     return load_settings(data_dir=data_dir, **overrides)
-
-
-@app.command()
-@user_errors
-def ingest(
-    paths: Annotated[
-        list[str], typer.Argument(help="Files, folders (recursive) or globs: .pdf .md .txt .jsonl")
-    ],
-    data_dir: DataDir = None,
-    prune: Annotated[bool, typer.Option("--prune", help="Remove documents whose files are gone.")] = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Ingest policy documents into the hybrid index (safe to re-run; unchanged files cost nothing)."""
-    from ingest.cli import run_ingest
-
-    code = run_ingest(paths, settings_for(data_dir), prune=prune, as_json=as_json)
-    raise typer.Exit(code)
 
 
 def _parse_groups(groups: str) -> frozenset[str]:

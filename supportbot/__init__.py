@@ -1,0 +1,2 @@
+"""The composition root: the ``rag`` console command (``supportbot.cli``), above ``rag``, ``ingest``, ``ui`` and
+``evaluation``."""

@@ -1,0 +1,5 @@
+"""``python -m supportbot ...``: the ``rag`` command."""
+
+from supportbot.cli import main
+
+main()
