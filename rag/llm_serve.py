@@ -237,7 +237,7 @@ def runtime_build_environment(base: Mapping[str, str], cpuinfo: str, *, build_jo
 def install_runtime(*, build_jobs: int = 2) -> None:
     """Build and install llama-cpp-python[server] into the current environment (minutes, from source), with
     portable CPU flags (see :func:`portable_cmake_args`)."""
-    env = runtime_build_environment(os.environ, read_cpuinfo(), build_jobs=build_jobs)
+    env = runtime_build_environment(dict(os.environ), read_cpuinfo(), build_jobs=build_jobs)  # the child's
     print(f"CMAKE_ARGS={env['CMAKE_ARGS']}", flush=True)
     _pip(["--no-cache-dir", RUNTIME_REQUIREMENT], env=env)
 

@@ -1,6 +1,6 @@
 """``rag db ...`` (migrations) and ``rag traces ...`` (inspect stored traces).
 
-Mounted by ``rag/cli.py``: ``app.add_typer(db_app, name="db")`` and ``app.add_typer(traces_app, name="traces")``.
+Mounted by ``supportbot/cli.py``: ``app.add_typer(db_app, name="db")`` and ``app.add_typer(traces_app, name="traces")``.
 Errors meant for users (:class:`rag.errors.RagError`) print their message to stderr and exit 1, no traceback.
 """
 
