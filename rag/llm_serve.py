@@ -190,13 +190,17 @@ def install_model_parts() -> None:
 # CPU features llama.cpp may use, as /proc/cpuinfo names them, and the ggml CMake switch for each. The build
 # never uses GGML_NATIVE (-march=native): on VMs whose CPU reports AMX tiles the native build emits AMX code that
 # the hypervisor does not enable, and the server dies with SIGILL at the first token. AMX is never switched on.
-PORTABLE_CPU_FEATURES: tuple[tuple[str, str], ...] = (
-    ("avx", "GGML_AVX"),
-    ("avx2", "GGML_AVX2"),
-    ("fma", "GGML_FMA"),
-    ("f16c", "GGML_F16C"),
-    ("avx512f", "GGML_AVX512"),
-    ("avx512_vnni", "GGML_AVX512_VNNI"),
+# (cpuinfo flags all required, ggml switch). With GGML_NATIVE=OFF ggml turns AVX, AVX2, BMI2, FMA and F16C on by
+# default, so each is set explicitly; GGML_AVX512 compiles with -mavx512f -mavx512cd -mavx512vl -mavx512dq
+# -mavx512bw, so it needs all five (Knights Landing has F and CD only).
+PORTABLE_CPU_FEATURES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"avx"}), "GGML_AVX"),
+    (frozenset({"avx2"}), "GGML_AVX2"),
+    (frozenset({"fma"}), "GGML_FMA"),
+    (frozenset({"f16c"}), "GGML_F16C"),
+    (frozenset({"bmi2"}), "GGML_BMI2"),
+    (frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}), "GGML_AVX512"),
+    (frozenset({"avx512f", "avx512_vnni"}), "GGML_AVX512_VNNI"),
 )
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -215,7 +219,7 @@ def portable_cmake_args(cpuinfo: str) -> str:
     CPU reports switched on explicitly (off otherwise), AMX never."""
     flags = cpu_flags(cpuinfo)
     args = ["-DGGML_NATIVE=OFF"]
-    args += [f"-D{switch}={'ON' if feature in flags else 'OFF'}" for feature, switch in PORTABLE_CPU_FEATURES]
+    args += [f"-D{switch}={'ON' if needs <= flags else 'OFF'}" for needs, switch in PORTABLE_CPU_FEATURES]
     return " ".join(args)
 
 

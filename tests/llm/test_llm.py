@@ -650,9 +650,9 @@ def test_copied_passage_headers_are_dropped_and_short_answers_kept(fake: FakeOpe
 # reports AMX tiles died with SIGILL at the first token).
 AMX_VM_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
-flags\t\t: fpu sse sse2 avx f16c fma avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+flags\t\t: fpu sse sse2 avx f16c fma avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
 processor\t: 1
-flags\t\t: fpu sse sse2 avx f16c fma avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+flags\t\t: fpu sse sse2 avx f16c fma avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
 """
 AVX2_ONLY_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
 
@@ -665,12 +665,21 @@ def test_portable_cmake_args_switch_on_what_the_cpu_reports_and_never_native_or_
         "-DGGML_AVX2=ON",
         "-DGGML_FMA=ON",
         "-DGGML_F16C=ON",
+        "-DGGML_BMI2=ON",
         "-DGGML_AVX512=ON",
         "-DGGML_AVX512_VNNI=ON",
     ]
     assert not any("AMX" in arg for arg in amx)
     avx2 = llm_serve.portable_cmake_args(AVX2_ONLY_CPUINFO).split()
     assert "-DGGML_AVX2=ON" in avx2 and "-DGGML_AVX512=OFF" in avx2 and "-DGGML_AVX512_VNNI=OFF" in avx2
+    # ggml's defaults with native detection off would add -mbmi2 and, for AVX512, -mavx512vl/dq/bw: each is off
+    # unless the CPU lists it (Sandy Bridge: AVX only; Knights Landing: AVX-512 F and CD, not VL/DQ/BW).
+    sandy = llm_serve.portable_cmake_args("flags\t\t: fpu sse2 avx\n").split()
+    assert "-DGGML_AVX=ON" in sandy and "-DGGML_BMI2=OFF" in sandy and "-DGGML_AVX2=OFF" in sandy
+    knl = llm_serve.portable_cmake_args(
+        "flags\t\t: avx avx2 fma f16c bmi2 avx512f avx512cd avx512er\n"
+    ).split()
+    assert "-DGGML_AVX2=ON" in knl and "-DGGML_AVX512=OFF" in knl
     # Not x86 (no flags line) or unreadable: a generic build, native detection still off.
     generic = llm_serve.portable_cmake_args("processor\t: 0\nFeatures\t: fp asimd\n").split()
     assert generic[0] == "-DGGML_NATIVE=OFF" and all(arg.endswith("=OFF") for arg in generic)
