@@ -598,6 +598,14 @@ def suite(
         Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")
     ] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Keep per-question rows in --json output.")] = False,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            "--results",
+            help="Write every answer's rag ask --json object, one JSON line each ({suite, id, result}): "
+            "`python -m benchmarks.parity A B` compares two runs field by field.",
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None,
         typer.Option(
@@ -622,14 +630,28 @@ def suite(
     pairs = [o.split("=", 1) for o in overrides or []]
     if any(len(p) != 2 or not p[0].strip() for p in pairs):
         raise ConfigurationError("--set takes NAME=VALUE, e.g. --set evidence_k=10.")
-    report = run_suites(
-        chosen,
-        split,
-        paths,
-        options=PipelineOptions(use_llm=llm),
-        log=log,
-        settings_overrides={name.strip(): value for name, value in pairs},
-    )
+    sink = None
+    if results is not None:
+        results.parent.mkdir(parents=True, exist_ok=True)
+        handle = results.open("w", encoding="utf-8")
+
+        def sink(suite_name: str, qid: str, result: dict[str, Any]) -> None:
+            line = {"suite": suite_name, "id": qid, "result": result}
+            handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+
+    try:
+        report = run_suites(
+            chosen,
+            split,
+            paths,
+            options=PipelineOptions(use_llm=llm),
+            log=log,
+            settings_overrides={name.strip(): value for name, value in pairs},
+            results=sink,
+        )
+    finally:
+        if results is not None:
+            handle.close()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))

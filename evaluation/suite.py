@@ -63,6 +63,7 @@ CROSS_PAIRS = (
     ("scifact", "sample"),
 )
 Log = Callable[[str], None]
+Sink = Callable[[str, dict[str, Any]], None]  # (question id, the rag ask --json object)
 
 
 @dataclass(frozen=True)
@@ -278,13 +279,20 @@ def ask_all(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> l
     return run_qa(questions, pipeline, options=options).results
 
 
-def run_policy(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> dict[str, Any]:
+def run_policy(
+    pipeline: Any, questions: Sequence[EvalQuestion], options: Any, sink: Sink | None = None
+) -> dict[str, Any]:
     results = ask_all(pipeline, questions, options)
+    if sink is not None:
+        for q, r in zip(questions, results, strict=True):
+            sink(q.id, r)
     rows = [grade_policy(q, r) for q, r in zip(questions, results, strict=True)]
     return {**summarise_policy(rows), "rows": rows}
 
 
-def run_hotpot(pipeline: Any, records: Sequence[dict[str, Any]], options: Any) -> dict[str, Any]:
+def run_hotpot(
+    pipeline: Any, records: Sequence[dict[str, Any]], options: Any, sink: Sink | None = None
+) -> dict[str, Any]:
     from rag.evaluation.multihop import MultiHopQuestion, paragraph_id, run_multihop, summarise
 
     kinds = {str(r["question_id"]): hotpot_kind(r) for r in records}
@@ -300,6 +308,9 @@ def run_hotpot(pipeline: Any, records: Sequence[dict[str, Any]], options: Any) -
         for r in records
     ]
     report = run_multihop(qs, pipeline, {"default": options})
+    if sink is not None:
+        for result in report.results["default"]:
+            sink(str(result["id"]), result)
     rows = [{**row, "kind": kinds[row["id"]]} for row in report.rows["default"]]
     out: dict[str, Any] = {"overall": summarise(rows)}
     for kind in ("bridge", "comparison"):
@@ -367,6 +378,10 @@ def git_commit() -> str:
         return "unknown"
 
 
+def _sink(results: Callable[[str, str, dict[str, Any]], None] | None, suite: str) -> Sink | None:
+    return None if results is None else (lambda qid, result: results(suite, qid, result))
+
+
 def run_suites(
     suites: Sequence[str],
     split: str,
@@ -375,8 +390,12 @@ def run_suites(
     options: Any = None,
     settings_overrides: dict[str, Any] | None = None,
     log: Log = lambda _msg: None,
+    results: Callable[[str, str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``suites`` on ``split``; returns ``{meta, suites, combined}`` (the ``rag eval suite --json`` shape)."""
+    """Run ``suites`` on ``split``; returns ``{meta, suites, combined}`` (the ``rag eval suite --json`` shape).
+
+    ``results(suite, question_id, result)`` receives every ``rag ask --json`` object the run produced (the
+    unanswerables under ``unanswerable:SOURCE->TARGET``): ``benchmarks/parity.py`` compares two runs with it."""
     from rag.config import load_settings
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions
@@ -411,21 +430,26 @@ def run_suites(
         try:
             if corpus in POLICY_SUITES and corpus in suites:
                 log(f"{corpus}: asking the {split} questions")
-                out[corpus] = run_policy(pipeline, policy_questions(paths, corpus, split), options)
+                out[corpus] = run_policy(
+                    pipeline, policy_questions(paths, corpus, split), options, _sink(results, corpus)
+                )
             if corpus == "hotpotqa" and "hotpotqa" in suites:
                 keep = split_ids("hotpotqa", split)
                 log("hotpotqa: asking the split's questions")
                 records = [r for r in hotpot_records(paths) if str(r["question_id"]) in keep]
-                out["hotpotqa"] = run_hotpot(pipeline, records, options)
+                out["hotpotqa"] = run_hotpot(pipeline, records, options, _sink(results, "hotpotqa"))
             if "unanswerable" in suites:
                 for source, target in CROSS_PAIRS:
                     if target != corpus or (needs_shared(source) and not paths.data.is_dir()):
                         continue
                     qs = cross_questions(paths, source, split)
                     log(f"unanswerable: {len(qs)} {source} questions against the {corpus} corpus")
-                    results = ask_all(pipeline, qs, options)
+                    answers = ask_all(pipeline, qs, options)
+                    if results is not None:
+                        for q, r in zip(qs, answers, strict=True):
+                            results(f"unanswerable:{source}->{target}", q.id, r)
                     cross_rows[f"{source}->{target}"] = [
-                        grade_policy(q, r) for q, r in zip(qs, results, strict=True)
+                        grade_policy(q, r) for q, r in zip(qs, answers, strict=True)
                     ]
         finally:
             pipeline.reader.close()
