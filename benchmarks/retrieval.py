@@ -11,8 +11,8 @@ corpus again: give a directory for anything but a small corpus).
 
 Systems, each ranking documents by their best chunk (a document's first appearance in the chunk ranking):
 
-- ``bm25``: the lexical leg alone (``IndexReader.search_lexical``: BM25 over title + section + chunk text).
-- ``dense``: the dense leg alone (MiniLM query vector, ``IndexReader.search_dense``).
+- ``bm25``: the lexical leg alone (``IndexReader.lexical``: BM25 over title + section + chunk text).
+- ``dense``: the dense leg alone (MiniLM query vector, ``IndexReader.dense``).
 - ``hybrid``: both legs fused with the query path's ``rrf_fuse`` (k = ``rrf_k``).
 - ``pipeline``: the ranking ``Pipeline.ask`` produces (its own retrieval, ``lexical_top_n``/``dense_top_n``
   per leg, fused and reranked by the default reranker), i.e. ``Result.candidates``. The pipeline only looks at
@@ -145,13 +145,13 @@ def run(
     for i, q in enumerate(queries):
         filt = SearchFilter(principal, date.today())
         t = time.perf_counter()
-        lexical = reader.search_lexical(bm25_tokens(q.text), filt, leg_n)
+        lexical = reader.lexical.search(bm25_tokens(q.text), filt, leg_n)
         bm25_ms = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         vector = pipeline.embedder.embed_queries([q.text])[
             0
         ]  # not Pipeline.query_vector: that would cache it
-        dense = reader.search_dense(vector, filt, leg_n)
+        dense = reader.dense.search(vector, filt, leg_n)
         dense_ms = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         chunks = {cid: c for cid, _ in [*lexical, *dense] if (c := reader.get(cid)) is not None}

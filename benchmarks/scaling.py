@@ -370,11 +370,11 @@ def measure_query(
     settings = pipeline.settings
     for q in seq[:legs]:
         t = time.perf_counter()
-        pipeline.reader.search_lexical(bm25_tokens(q), filt, settings.lexical_top_n)
+        pipeline.reader.lexical.search(bm25_tokens(q), filt, settings.lexical_top_n)
         leg_ms["lexical"].append((time.perf_counter() - t) * 1000)
         vector = pipeline.query_vector(q)
         t = time.perf_counter()
-        pipeline.reader.search_dense(vector, filt, settings.dense_top_n)
+        pipeline.reader.dense.search(vector, filt, settings.dense_top_n)
         leg_ms["dense"].append((time.perf_counter() - t) * 1000)
 
     conc = questions[1 + n_sequential : 1 + n_sequential + n_concurrent]

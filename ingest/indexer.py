@@ -14,7 +14,6 @@ import os
 import shutil
 import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -30,23 +29,20 @@ from rag.config import Settings
 from rag.embedder import Embedder, load_embedder, passage_text
 from rag.errors import IngestError, IngestFileError
 from rag.index import (
-    COLLECTION,
-    DENSE,
     GENERATIONS,
     ChunkArchive,
     Manifest,
-    chunk_payload,
     current_generation,
     generation_dir,
     index_root,
     load_chunks,
-    point_id,
     publish,
     save_chunks,
 )
-from rag.lexical import BM25Index
-from rag.qdrant_server import SPARSE, ServerIndexWriter, average_length, avgdl_drifted, sparse_document
+from rag.lexical import average_length
+from rag.qdrant_server import open_index_writers
 from rag.sentences import SentenceStore, build_sentence_store
+from rag.stores import GenerationBuild, IndexWriter
 from rag.text import bm25_tokens
 from rag.types import Chunk
 
@@ -324,81 +320,108 @@ def ingest(
         # unchanged documents need nothing; a run that changes nothing writes nothing
         changed = {d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)}
         removed_docs -= set(new_docs)
-        server = ServerIndexWriter(settings) if settings.qdrant_url else None
-        # an index that predates the sparse BM25 leg, or a Qdrant server that lacks the published generation
-        # (a new or replaced server), is rebuilt even when no file changed
-        upgrade = current_name is not None and (
-            (server is None and manifest is not None and manifest.bm25_avgdl is None)
-            or (server is not None and not server.has_generation(current_name))
-        )
-        if not changed and not removed_docs and not upgrade:
-            if server is not None:
-                try:
-                    if current_name:
-                        server.ensure_published(
-                            current_name
-                        )  # a run that died between publish and alias switch
-                finally:
-                    server.close()
-            report.generation = current_name
-            report.index_chunks = manifest.n_chunks if manifest else 0
-            report.seconds = time.perf_counter() - started
-            return report
-
-        # 2. embed new chunks (cached by text)
-        t = time.perf_counter()
-        embed_chunks = [c for d in changed for c in new_docs[d][1]]
-        emb = embedder or load_embedder(model_name, settings.embed_batch_size)
-        cache = EmbeddingCache(data_dir, model_name)
+        writers = open_index_writers(settings)
         try:
-            chunk_vectors, report.embedded = cache.vectors(
-                [passage_text(c.title, c.section, c.text) for c in embed_chunks],
-                emb,
-                batch=max(8, settings.embed_batch_size * 4),
-                progress=(lambda done, total: progress("embed", done, total)) if progress else None,
+            published = _write_generation(
+                writers,
+                settings,
+                report,
+                current_name=current_name,
+                manifest=manifest,
+                new_docs=new_docs,
+                new_sources=new_sources,
+                changed=changed,
+                removed_docs=removed_docs,
+                embedder=embedder,
+                progress=progress,
             )
         finally:
-            cache.close()
-        report.timings["embed"] = time.perf_counter() - t
+            for writer in writers:
+                writer.close()
+        if published:
+            _collect_garbage(data_dir)
+    report.seconds = time.perf_counter() - started
+    return report
 
-        # 3. build the next generation beside the published one
-        t = time.perf_counter()
-        name = _next_generation_name(data_dir)
-        tmp = index_root(data_dir) / GENERATIONS / f".tmp-{name}-{os.getpid()}"
-        tmp.mkdir(parents=True)
-        old_chunks: list[Chunk] = []
-        old_tokens: list[list[str]] = []
+
+def _write_generation(
+    writers: Sequence[IndexWriter],
+    settings: Settings,
+    report: IngestReport,
+    *,
+    current_name: str | None,
+    manifest: Manifest | None,
+    new_docs: dict[str, tuple[SourceDocument, list[Chunk]]],
+    new_sources: dict[str, dict[str, Any]],
+    changed: set[str],
+    removed_docs: set[str],
+    embedder: Embedder | None,
+    progress: ProgressFn | None,
+) -> bool:
+    """Embed what changed, write the next generation through ``writers`` and publish it; True when it did.
+
+    A run that changes nothing writes nothing, unless a writer finds its part of the published generation stale
+    (an index that predates the sparse BM25 leg, a Qdrant server that lacks the published generation): then the
+    generation is rebuilt even though no file changed.
+    """
+    data_dir = Path(settings.data_dir)
+    model_name = settings.embedding_model
+    old_docs = dict(manifest.documents) if manifest else {}
+    upgrade = manifest is not None and any(w.is_stale(manifest) for w in writers)
+    if not changed and not removed_docs and not upgrade:
         if current_name:
-            old_chunks, old_tokens = load_chunks(generation_dir(data_dir, current_name))
-        drop_docs = changed | removed_docs
-        kept = [(c, tok) for c, tok in zip(old_chunks, old_tokens, strict=True) if c.doc_id not in drop_docs]
-        added = [(c, bm25_tokens(passage_text(c.title, c.section, c.text))) for c in embed_chunks]
-        all_pairs = kept + added
-        all_chunks = [c for c, _ in all_pairs]
-        all_tokens = [tok for _, tok in all_pairs]
-        avgdl = average_length(all_tokens)
+            for writer in writers:  # a run that died between publishing the folder and publishing a store
+                writer.publish(current_name)
+        report.generation = current_name
+        report.index_chunks = manifest.n_chunks if manifest else 0
+        return False
 
-        if server is not None:  # blue/green on the server: this generation's own collection, every chunk
-            try:
-                server.build(
-                    name, all_chunks, all_tokens, _all_vectors(all_chunks, data_dir, model_name, emb), emb.dim
-                )
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                server.close()
-                raise
-        else:
-            _write_dense(
-                tmp,
-                previous=generation_dir(data_dir, current_name) if current_name else None,
-                delete=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
-                upsert=list(zip(embed_chunks, chunk_vectors, strict=True)),
-                dim=emb.dim,
-                tokens={c.chunk_id: tok for c, tok in all_pairs},
-                avgdl=avgdl,
-                previous_avgdl=manifest.bm25_avgdl if manifest else None,
-            )
-        BM25Index.build(all_tokens).save(tmp)
+    # 2. embed new chunks (cached by text)
+    t = time.perf_counter()
+    embed_chunks = [c for d in changed for c in new_docs[d][1]]
+    emb = embedder or load_embedder(model_name, settings.embed_batch_size)
+    cache = EmbeddingCache(data_dir, model_name)
+    try:
+        chunk_vectors, report.embedded = cache.vectors(
+            [passage_text(c.title, c.section, c.text) for c in embed_chunks],
+            emb,
+            batch=max(8, settings.embed_batch_size * 4),
+            progress=(lambda done, total: progress("embed", done, total)) if progress else None,
+        )
+    finally:
+        cache.close()
+    report.timings["embed"] = time.perf_counter() - t
+
+    # 3. build the next generation beside the published one
+    t = time.perf_counter()
+    name = _next_generation_name(data_dir)
+    tmp = index_root(data_dir) / GENERATIONS / f".tmp-{name}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    old_chunks: list[Chunk] = []
+    old_tokens: list[list[str]] = []
+    if current_name:
+        old_chunks, old_tokens = load_chunks(generation_dir(data_dir, current_name))
+    drop_docs = changed | removed_docs
+    kept = [(c, tok) for c, tok in zip(old_chunks, old_tokens, strict=True) if c.doc_id not in drop_docs]
+    added = [(c, bm25_tokens(passage_text(c.title, c.section, c.text))) for c in embed_chunks]
+    all_pairs = kept + added
+    all_chunks = [c for c, _ in all_pairs]
+    all_tokens = [tok for _, tok in all_pairs]
+    build = GenerationBuild(
+        name=name,
+        folder=tmp,
+        chunks=all_chunks,
+        tokens=all_tokens,
+        dim=emb.dim,
+        fresh=list(zip(embed_chunks, chunk_vectors, strict=True)),
+        dropped=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
+        all_vectors=lambda: _all_vectors(all_chunks, data_dir, model_name, emb),
+        previous=generation_dir(data_dir, current_name) if current_name else None,
+        previous_avgdl=manifest.bm25_avgdl if manifest else None,
+    )
+    try:
+        for writer in writers:
+            writer.write(build)
         save_chunks(tmp, all_chunks, all_tokens)
         t_sent = time.perf_counter()
         _sentence_store(all_chunks, data_dir, current_name, model_name, emb).save(tmp)
@@ -414,26 +437,24 @@ def ingest(
             dim=emb.dim,
             documents=documents,
             sources={s: e for s, e in new_sources.items() if any(d in documents for d in e["doc_ids"])},
-            bm25_avgdl=avgdl,
+            bm25_avgdl=average_length(all_tokens),
         )
         (tmp / "manifest.json").write_text(new_manifest.to_json())
         (tmp / "ingest-report.json").write_text(json.dumps([asdict(f) for f in report.files], indent=1))
-        ChunkArchive(data_dir).add(embed_chunks)
-        report.timings["build"] = time.perf_counter() - t
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    ChunkArchive(data_dir).add(embed_chunks)
+    report.timings["build"] = time.perf_counter() - t
 
-        # 4. publish atomically, then drop old generations
-        publish(data_dir, tmp, name)
-        if server is not None:
-            try:
-                server.publish(name)
-            finally:
-                server.close()
-        _collect_garbage(data_dir)
-        report.generation = name
-        report.published = True
-        report.index_chunks = len(all_chunks)
-    report.seconds = time.perf_counter() - started
-    return report
+    # 4. publish atomically: the folder (CURRENT), then each store
+    publish(data_dir, tmp, name)
+    for writer in writers:
+        writer.publish(name)
+    report.generation = name
+    report.published = True
+    report.index_chunks = len(all_chunks)
+    return True
 
 
 def _all_vectors(chunks: Sequence[Chunk], data_dir: Path, model: str, emb: Embedder) -> list[np.ndarray]:
@@ -461,106 +482,3 @@ def _sentence_store(
         )
     finally:
         cache.close()
-
-
-def _write_dense(
-    folder: Path,
-    *,
-    previous: Path | None,
-    delete: Sequence[str],
-    upsert: Sequence[tuple[Chunk, np.ndarray]],
-    dim: int,
-    tokens: dict[str, list[str]],
-    avgdl: float,
-    previous_avgdl: float | None,
-) -> None:
-    """Copy the previous generation's embedded Qdrant store and apply the changes (or start a new one).
-
-    Each point also carries the ``bm25`` sparse vector (BM25 term weights; ``tokens`` holds every chunk of the
-    new generation). Kept points keep the weights they were written with unless the corpus's average length
-    drifted more than 5% from ``previous_avgdl``: then every point's sparse vector is rewritten.
-    """
-    from qdrant_client import QdrantClient, models
-
-    target = folder / "qdrant"
-    if previous is not None and (previous / "qdrant").exists():
-        shutil.copytree(previous / "qdrant", target)
-    client = QdrantClient(path=str(target))
-    try:
-        reweigh = avgdl_drifted(previous_avgdl, avgdl)
-        if client.collection_exists(COLLECTION) and SPARSE not in (
-            client.get_collection(COLLECTION).config.params.sparse_vectors or {}
-        ):
-            _add_sparse_vector(client, tokens, avgdl)  # a store written before the sparse leg existed
-            reweigh = False
-        if not client.collection_exists(COLLECTION):
-            client.create_collection(
-                COLLECTION,
-                vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            )
-        if delete:
-            for start in range(0, len(delete), 1000):
-                ids: list[int | str | uuid.UUID] = [point_id(cid) for cid in delete[start : start + 1000]]
-                client.delete(COLLECTION, points_selector=models.PointIdsList(points=ids), wait=True)
-        for start in range(0, len(upsert), 256):
-            part = upsert[start : start + 256]
-            client.upsert(
-                COLLECTION,
-                points=[
-                    models.PointStruct(
-                        id=point_id(c.chunk_id),
-                        vector={DENSE: v.tolist(), SPARSE: sparse_document(tokens[c.chunk_id], avgdl)},
-                        payload=chunk_payload(c),
-                    )
-                    for c, v in part
-                ],
-                wait=True,
-            )
-        if reweigh:
-            fresh = {c.chunk_id for c, _ in upsert}
-            kept = [cid for cid in tokens if cid not in fresh]
-            for start in range(0, len(kept), 512):
-                client.update_vectors(
-                    COLLECTION,
-                    points=[
-                        models.PointVectors(
-                            id=point_id(cid), vector={SPARSE: sparse_document(tokens[cid], avgdl)}
-                        )
-                        for cid in kept[start : start + 512]
-                    ],
-                    wait=True,
-                )
-    finally:
-        client.close()
-
-
-def _add_sparse_vector(client: Any, tokens: dict[str, list[str]], avgdl: float) -> None:
-    """Recreate a dense-only embedded collection with the sparse vector declared (Qdrant cannot add one in place)."""
-    from qdrant_client import models
-
-    params = client.get_collection(COLLECTION).config.params
-    points: list[Any] = []
-    offset = None
-    while True:
-        page, offset = client.scroll(
-            COLLECTION, limit=1000, offset=offset, with_payload=True, with_vectors=[DENSE]
-        )
-        points.extend(page)
-        if offset is None:
-            break
-    client.delete_collection(COLLECTION)
-    client.create_collection(
-        COLLECTION,
-        vectors_config=params.vectors,
-        sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-    )
-    for start in range(0, len(points), 256):
-        batch = []
-        for p in points[start : start + 256]:
-            vector: dict[str, Any] = {DENSE: p.vector[DENSE]}
-            chunk_tokens = tokens.get((p.payload or {}).get("chunk_id", ""))
-            if chunk_tokens is not None:  # points of dropped documents are deleted right after
-                vector[SPARSE] = sparse_document(chunk_tokens, avgdl)
-            batch.append(models.PointStruct(id=p.id, vector=vector, payload=p.payload))
-        client.upsert(COLLECTION, points=batch, wait=True)

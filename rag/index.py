@@ -11,10 +11,13 @@ Layout under ``<data_dir>/index``::
     chunks.sqlite               append-only archive of every chunk text ever indexed (traces resolve old ids)
 
 Ingestion builds the next generation in a temporary folder and publishes it by renaming the folder and then
-replacing ``CURRENT``; a crash at any moment leaves the previous generation serving. Readers never open a
-generation's Qdrant folder in place: Qdrant's embedded mode locks its folder against a second client, so each
-reader copies the (immutable) folder to a private temporary directory first. A reader checks ``CURRENT`` before
-each query and switches to a new generation without a restart.
+replacing ``CURRENT``; a crash at any moment leaves the previous generation serving. A reader checks
+``CURRENT`` before each query and switches to a new generation without a restart.
+
+The reader (``IndexReader``) holds the generation's files (``Generation``) and the stores a ``StoreBackend``
+opens for it (``rag.stores.Stores``): by composition, so the query path asks the reader for the legs and never
+which backend serves them. ``EmbeddedBackend`` serves an embedded generation; ``rag.qdrant_server`` has the
+server's backend and ``open_index_reader(settings)``, which picks one.
 """
 
 from __future__ import annotations
@@ -26,77 +29,25 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-import uuid
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
-from rag.errors import EmptyIndexError, IndexUnavailableError, RetrievalError
+from rag.errors import EmptyIndexError, IndexUnavailableError
 from rag.lexical import BM25Index
 from rag.sentences import SentenceStore
-from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
+from rag.stores import Legs, LexicalIndex, Stores, VectorStore, chunk_from_dict, chunk_to_dict
+from rag.stores.memory import Bm25Lexical, FilterArrays, MatrixVectors
+from rag.stores.qdrant import COLLECTION, QdrantHybrid, QdrantLexical, load_dense_matrix
+from rag.types import Chunk, SearchFilter
 
 CURRENT = "CURRENT"
 GENERATIONS = "generations"
-DENSE = "dense"
-COLLECTION = "chunks"  # the collection inside an embedded generation
-NO_TAGS = "__none__"
-
-
-# ----------------------------------------------------------------------------- chunk (de)serialisation
-def chunk_to_dict(chunk: Chunk) -> dict[str, Any]:
-    data = asdict(chunk)
-    for key in ("effective", "expires"):
-        data[key] = data[key].isoformat() if data[key] else None
-    data["groups"] = list(chunk.groups)
-    data["tags"] = list(chunk.tags)
-    return data
-
-
-def chunk_from_dict(data: dict[str, Any]) -> Chunk:
-    fields = {k: data[k] for k in Chunk.__dataclass_fields__ if k in data}
-    for key in ("effective", "expires"):
-        fields[key] = date.fromisoformat(fields[key]) if fields.get(key) else None
-    fields["groups"] = tuple(fields.get("groups") or ())
-    fields["tags"] = tuple(fields.get("tags") or ())
-    return Chunk(**fields)
-
-
-def point_id(chunk_id: str) -> str:
-    """Qdrant wants an unsigned int or a UUID: derive a UUID from the content-derived chunk id."""
-    return str(uuid.UUID(hex=(chunk_id + "0" * 32)[:32]))
-
-
-def chunk_payload(chunk: Chunk) -> dict[str, Any]:
-    payload = chunk_to_dict(chunk)
-    payload["effective_ord"] = (chunk.effective or FAR_PAST).toordinal()
-    payload["expires_ord"] = (chunk.expires or FAR_FUTURE).toordinal()
-    payload["tags_f"] = list(chunk.tags) or [NO_TAGS]
-    return payload
-
-
-def qdrant_filter(filt: SearchFilter) -> Any:
-    """The store-side twin of ``SearchFilter.allows``: access groups, validity dates, tags."""
-    from qdrant_client import models
-
-    day = filt.as_of.toordinal()
-    must: list[Any] = [
-        models.FieldCondition(
-            key="groups", match=models.MatchAny(any=sorted(filt.principal.readable_groups))
-        ),
-        models.FieldCondition(key="effective_ord", range=models.Range(lte=day)),
-        models.FieldCondition(key="expires_ord", range=models.Range(gte=day)),
-    ]
-    if filt.tags:
-        must.append(
-            models.FieldCondition(key="tags_f", match=models.MatchAny(any=sorted(filt.tags) + [NO_TAGS]))
-        )
-    return models.Filter(must=must)
+LexicalBackend = Literal["bm25", "qdrant"]  # in-process BM25, or the sparse BM25 leg inside Qdrant
 
 
 # ----------------------------------------------------------------------------- generation files
@@ -208,18 +159,19 @@ class ChunkArchive:
         return chunk_from_dict(json.loads(row[0])) if row else None
 
 
-_BLAS = ThreadpoolController()
-
-
 # ----------------------------------------------------------------------------- reading side
 class Generation:
-    """One published generation opened for reading: chunks, BM25, and a private copy of its Qdrant store."""
+    """One published generation's files opened for reading: chunks, manifest, BM25, tokens, sentence vectors.
+
+    The stores that search it are opened beside it by a ``StoreBackend``.
+    """
 
     def __init__(self, data_dir: Path, name: str) -> None:
-        folder = generation_dir(data_dir, name)
+        self.folder = generation_dir(data_dir, name)
         self.name = name
-        self.manifest = Manifest.load(folder)
-        self.chunks, tokens = load_chunks(folder)
+        self.manifest = Manifest.load(self.folder)
+        self.chunks, tokens = load_chunks(self.folder)
+        self.chunk_ids = [c.chunk_id for c in self.chunks]
         self.by_id = {c.chunk_id: c for c in self.chunks}
         self.row_of = {c.chunk_id: i for i, c in enumerate(self.chunks)}  # chunk id -> its row in every array
         self.by_doc: dict[str, list[Chunk]] = {}
@@ -227,61 +179,15 @@ class Generation:
             self.by_doc.setdefault(c.doc_id, []).append(c)
         for doc_chunks in self.by_doc.values():
             doc_chunks.sort(key=lambda c: c.ordinal)
-        self.bm25 = BM25Index.load(folder)
+        self.bm25 = BM25Index.load(self.folder)
         self.token_store = _TokenStore(self.row_of, tokens, self.bm25.vocab)
         del tokens
-        self.sentences = SentenceStore.load(folder)  # None for generations built before sentence vectors
-        self._masks = _FilterArrays(self.chunks)
-        self._open_vectors(folder)
+        self.sentences = SentenceStore.load(self.folder)  # None for generations built before sentence vectors
+        self.masks = FilterArrays(self.chunks)
 
-    def _open_vectors(self, folder: Path) -> None:
-        """Open the generation's Qdrant store (a server-backed generation overrides this)."""
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"rag-{self.name}-"))
-        try:
-            shutil.copytree(folder / "qdrant", self._tmp / "qdrant")
-            from qdrant_client import QdrantClient
-
-            self.client = QdrantClient(path=str(self._tmp / "qdrant"))
-            self.dense = self._load_dense()
-        except Exception as exc:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            raise IndexUnavailableError(f"Could not open index generation {self.name}: {exc}") from exc
-
-    def _load_dense(self) -> np.ndarray:
-        """The generation's dense vectors as one matrix in chunk order, read from its Qdrant store once.
-
-        Embedded Qdrant evaluates a payload filter point by point in Python (about 0.2 ms per point: 0.4 s
-        per query at 2,000 chunks); the same filter as a numpy mask over this matrix costs microseconds.
-        """
-        row = self.row_of
-        matrix = np.zeros((len(self.chunks), self.manifest.dim), dtype=np.float32)
-        seen = 0
-        offset = None
-        while True:
-            points, offset = self.client.scroll(
-                COLLECTION, limit=4096, offset=offset, with_payload=["chunk_id"], with_vectors=[DENSE]
-            )
-            for p in points:
-                i = row.get((p.payload or {}).get("chunk_id", ""))
-                vector = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
-                if i is not None and isinstance(vector, list):
-                    matrix[i] = np.asarray(vector, dtype=np.float32)
-                    seen += 1
-            if offset is None:
-                break
-        if seen != len(self.chunks):
-            raise IndexUnavailableError(
-                f"Index generation {self.name} has {seen} dense vectors for {len(self.chunks)} chunks.",
-                hint="Re-run `rag ingest` to rebuild the index.",
-            )
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return matrix / np.where(norms > 0, norms, 1.0)
-
-    def close(self) -> None:
-        try:
-            self.client.close()
-        finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+    def bm25_lexical(self) -> Bm25Lexical:
+        """The in-process lexical index over this generation's BM25 files."""
+        return Bm25Lexical(self.bm25, self.masks, self.chunk_ids)
 
 
 class _TokenStore:
@@ -321,159 +227,183 @@ class _TokenStore:
         return [terms[i] for i in self._ids[self._offsets[row] : self._offsets[row + 1]].tolist()]
 
 
-class _FilterArrays:
-    """Per-chunk access and validity columns, so the lexical leg filters with numpy like Qdrant does."""
+class StoreBackend(Protocol):
+    """Opens the stores that serve a generation (a new set per generation the reader switches to)."""
 
-    def __init__(self, chunks: Sequence[Chunk]) -> None:
-        self.effective = np.array([(c.effective or FAR_PAST).toordinal() for c in chunks], dtype=np.int64)
-        self.expires = np.array([(c.expires or FAR_FUTURE).toordinal() for c in chunks], dtype=np.int64)
-        self.groups: dict[str, np.ndarray] = {}
-        self.tags: dict[str, np.ndarray] = {}
-        n = len(chunks)
-        for i, c in enumerate(chunks):
-            for g in c.groups:
-                self.groups.setdefault(g, np.zeros(n, dtype=bool))[i] = True
-            for t in c.tags or (NO_TAGS,):
-                self.tags.setdefault(t, np.zeros(n, dtype=bool))[i] = True
-        self.n = n
+    @property
+    def lexical_backend(self) -> LexicalBackend:
+        """Which lexical index the stores search (the trace records it)."""
+        ...
 
-    def mask(self, filt: SearchFilter) -> np.ndarray:
-        allowed = np.zeros(self.n, dtype=bool)
-        for g in filt.principal.readable_groups:
-            if g in self.groups:
-                allowed |= self.groups[g]
-        day = filt.as_of.toordinal()
-        allowed &= (self.effective <= day) & (self.expires >= day)
-        if filt.tags:
-            tagged = np.zeros(self.n, dtype=bool)
-            for t in (*filt.tags, NO_TAGS):
-                if t in self.tags:
-                    tagged |= self.tags[t]
-            allowed &= tagged
-        return allowed
+    @property
+    def unavailable_hint(self) -> str | None:
+        """What to tell the user when no generation could be opened."""
+        ...
+
+    def open(self, generation: Generation) -> Stores:
+        """The generation's stores; raises ``IndexUnavailableError`` when they cannot be opened."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend shares across generations (a server connection)."""
+        ...
+
+
+class EmbeddedBackend:
+    """An embedded generation's stores: a private copy of its Qdrant folder (Qdrant's embedded mode locks its
+    folder against a second client, so a reader never opens it in place), the dense matrix read from it once,
+    and the lexical index: in-process BM25 (``"bm25"``), or the sparse leg and fusion inside the embedded Qdrant
+    (``"qdrant"``)."""
+
+    unavailable_hint: str | None = None
+
+    def __init__(self, lexical: LexicalBackend = "bm25") -> None:
+        self._lexical: LexicalBackend = lexical
+
+    @property
+    def lexical_backend(self) -> LexicalBackend:
+        return self._lexical
+
+    def open(self, generation: Generation) -> Stores:
+        tmp = Path(tempfile.mkdtemp(prefix=f"rag-{generation.name}-"))
+        client: Any = None
+        try:
+            shutil.copytree(generation.folder / "qdrant", tmp / "qdrant")
+            from qdrant_client import QdrantClient
+
+            client = QdrantClient(path=str(tmp / "qdrant"))
+            matrix = load_dense_matrix(client, generation.row_of, generation.manifest.dim, generation.name)
+        except Exception as exc:
+            if client is not None:
+                client.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise IndexUnavailableError(f"Could not open index generation {generation.name}: {exc}") from exc
+
+        def close() -> None:
+            try:
+                client.close()
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+        in_qdrant = self._lexical == "qdrant"
+        return Stores(
+            lexical=QdrantLexical(client, COLLECTION) if in_qdrant else generation.bm25_lexical(),
+            dense=MatrixVectors(matrix, generation.masks, generation.chunk_ids),
+            hybrid=QdrantHybrid(client, COLLECTION) if in_qdrant else None,
+            close=close,
+        )
+
+    def close(self) -> None:
+        """Each generation's stores release their own copy."""
+
+
+@dataclass(frozen=True)
+class _Serving:
+    generation: Generation
+    stores: Stores
 
 
 class IndexReader:
     """Searches the published generation; switches to a newer one when ingestion publishes it.
 
-    Implements the ``ChunkLookup`` protocol used by dependency bundling (restricted to the current generation).
+    Composes the generation's files with the stores ``backend`` opens for it (embedded by default). Implements
+    the ``ChunkLookup`` protocol used by dependency bundling (restricted to the current generation).
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, backend: StoreBackend | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.backend: StoreBackend = backend if backend is not None else EmbeddedBackend()
         self._lock = threading.RLock()
-        self._gen: Generation | None = None
-        self.refresh()
+        self._serving: _Serving | None = None
+        try:
+            self.refresh()
+        except BaseException:
+            self.backend.close()
+            raise
 
     # -- lifecycle
     def refresh(self) -> bool:
         """Open the published generation if it changed. Returns True when it switched."""
         name = current_generation(self.data_dir)
         if name is None:
-            if self._gen is None:
+            if self._serving is None:
                 raise EmptyIndexError(
                     f"No index in {self.data_dir}: nothing has been ingested yet.",
                     hint="Run `rag ingest PATH...` first.",
                 )
             return False
         with self._lock:
-            if self._gen is not None and self._gen.name == name:
+            if self._serving is not None and self._serving.generation.name == name:
                 return False
             new = self._open_with_retry(name)
-            old, self._gen = self._gen, new
+            old, self._serving = self._serving, new
         if old is not None:
-            old.close()
+            old.stores.close()
         return True
 
-    def _open_with_retry(self, name: str) -> Generation:
+    def _open_with_retry(self, name: str) -> _Serving:
         last: Exception | None = None
-        for _ in range(3):  # the generation may be garbage-collected between reading CURRENT and copying it
+        for attempt in range(
+            3
+        ):  # the generation may be garbage-collected between reading CURRENT and opening it
             try:
-                return Generation(self.data_dir, name)
+                generation = Generation(self.data_dir, name)
+                return _Serving(generation, self.backend.open(generation))
             except (FileNotFoundError, IndexUnavailableError) as exc:
                 last = exc
+                time.sleep(0.2 * attempt)
                 name = current_generation(self.data_dir) or name
-        raise IndexUnavailableError(f"Index generation {name} could not be opened: {last}")
+        raise IndexUnavailableError(
+            f"Index generation {name} could not be opened: {last}", hint=self.backend.unavailable_hint
+        )
 
     def close(self) -> None:
         with self._lock:
-            if self._gen is not None:
-                self._gen.close()
-                self._gen = None
+            if self._serving is not None:
+                self._serving.stores.close()
+                self._serving = None
+        self.backend.close()
+
+    def _current(self) -> _Serving:
+        serving = self._serving
+        if serving is None:
+            raise IndexUnavailableError("The index reader is closed.")
+        return serving
 
     @property
     def generation(self) -> Generation:
-        if self._gen is None:
-            raise IndexUnavailableError("The index reader is closed.")
-        return self._gen
+        return self._current().generation
 
-    # -- retrieval legs (the filter is a required argument: there is no unfiltered search)
-    def search_lexical(self, tokens: Sequence[str], filt: SearchFilter, n: int) -> list[tuple[str, float]]:
-        gen = self.generation
-        hits = gen.bm25.top(tokens, n, mask=gen._masks.mask(filt))
-        return [(gen.chunks[i].chunk_id, score) for i, score in hits]
+    # -- retrieval (the filter is a required argument: there is no unfiltered search)
+    @property
+    def lexical_backend(self) -> LexicalBackend:
+        return self.backend.lexical_backend
 
-    def search_dense(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
-        """Cosine top ``n`` among the chunks ``filt`` allows (the mask is applied before ranking)."""
-        gen = self.generation
-        mask = gen._masks.mask(filt)
-        allowed = int(mask.sum())
-        if n <= 0 or not allowed:
-            return []
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        with _BLAS.limit(limits=1, user_api="blas"):  # a threaded matvec waits on a busy core: 15 ms, not 0.3
-            scores = np.where(mask, gen.dense @ q, -np.inf)
-        n = min(n, allowed)
-        top = np.argpartition(-scores, n - 1)[:n] if len(scores) > n else np.arange(len(scores))
-        top = top[np.lexsort((top, -scores[top]))]
-        return [(gen.chunks[i].chunk_id, float(scores[i])) for i in top]
-
-    def search_dense_qdrant(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
-        """The same search run by the embedded Qdrant engine (the reference the tests compare against)."""
-        gen = self.generation
-        try:
-            response = gen.client.query_points(
-                COLLECTION,
-                query=vector.tolist(),
-                using=DENSE,
-                query_filter=qdrant_filter(filt),
-                limit=n,
-                with_payload=["chunk_id"],
-            )
-        except Exception as exc:
-            raise RetrievalError(
-                f"Dense search failed: {exc}", hint="Re-run `rag ingest` to rebuild the index."
-            ) from exc
-        return [(p.payload["chunk_id"], float(p.score)) for p in response.points if p.payload]
-
-    # -- lexical search inside Qdrant (sparse BM25 vectors; see rag/qdrant_server.py)
-    def _qdrant_target(self) -> tuple[Any, str]:
-        """The client and collection holding the current generation's vectors."""
-        return self.generation.client, COLLECTION
-
-    def search_lexical_qdrant(
-        self, tokens: Sequence[str], filt: SearchFilter, n: int
-    ) -> list[tuple[str, float]]:
-        from rag.qdrant_server import lexical_search
-
-        client, collection = self._qdrant_target()
-        return lexical_search(client, collection, tokens, filt, n)
-
-    def search_hybrid_qdrant(
+    def search(
         self,
         tokens: Sequence[str],
         vector: np.ndarray,
         filt: SearchFilter,
+        *,
         n_lexical: int,
         n_dense: int,
-        k: int,
-    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
-        """(lexical, dense, fused) hits: both legs and their RRF fusion (``1/(k + rank)``) in one Qdrant call."""
-        from rag.qdrant_server import hybrid_search
+        rrf_k: int,
+    ) -> Legs:
+        """Both legs for one query, each filtered inside its store; ``fused`` is set when the store fused them
+        (RRF, ``1 / (rrf_k + rank)``), else None and the caller fuses."""
+        return self._current().stores.search(
+            tokens, vector, filt, n_lexical=n_lexical, n_dense=n_dense, rrf_k=rrf_k
+        )
 
-        client, collection = self._qdrant_target()
-        return hybrid_search(client, collection, tokens, vector, filt, n_lexical, n_dense, k)
+    @property
+    def lexical(self) -> LexicalIndex:
+        """The current generation's lexical index (one leg alone: benchmarks, evaluation)."""
+        return self._current().stores.lexical
+
+    @property
+    def dense(self) -> VectorStore:
+        """The current generation's vector store (one leg alone: benchmarks, evaluation)."""
+        return self._current().stores.dense
 
     def sentence_vectors(self, chunk_id: str) -> np.ndarray | None:
         """Vectors of ``rag.sentences.sentence_units(chunk.text)``, embedded at ingestion (None if absent)."""
@@ -506,3 +436,24 @@ class IndexReader:
     # -- what is indexed (documents page, CLI)
     def documents(self) -> dict[str, dict[str, Any]]:
         return self.generation.manifest.documents
+
+
+__all__ = [
+    "CURRENT",
+    "GENERATIONS",
+    "ChunkArchive",
+    "EmbeddedBackend",
+    "Generation",
+    "IndexReader",
+    "LexicalBackend",
+    "Manifest",
+    "StoreBackend",
+    "chunk_from_dict",
+    "chunk_to_dict",
+    "current_generation",
+    "generation_dir",
+    "index_root",
+    "load_chunks",
+    "publish",
+    "save_chunks",
+]

@@ -24,6 +24,11 @@ B = 0.75
 EPSILON = 0.25
 
 
+def average_length(corpus: Sequence[Sequence[str]]) -> float:
+    """rank-bm25's avgdl: mean token count over every chunk of the generation."""
+    return float(sum(len(t) for t in corpus) / len(corpus)) if corpus else 0.0
+
+
 @dataclass
 class BM25Index:
     vocab: dict[str, int]

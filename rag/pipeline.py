@@ -18,7 +18,7 @@ from rag.config import Settings
 from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
 from rag.index import IndexReader
-from rag.qdrant_server import fused_candidates, open_index_reader, resolve_lexical_backend
+from rag.qdrant_server import open_index_reader
 from rag.sentences import sentence_units
 from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type, missing_focus
 from rag.stages.budget import apply_budget, score_of
@@ -39,6 +39,7 @@ from rag.stages.hops import (
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
+from rag.stores import fused_candidates
 from rag.text import bm25_tokens, count_tokens
 from rag.types import (
     Bundle,
@@ -284,14 +285,9 @@ class Pipeline:
         lexical_n, dense_n = (top_n, top_n) if top_n else (s.lexical_top_n, s.dense_top_n)
         vector = self.query_vector(text)
         tokens = bm25_tokens(text)
-        fused = None
-        if resolve_lexical_backend(s) == "qdrant":  # both legs and their fusion in one Qdrant call
-            lexical, dense, fused = self.reader.search_hybrid_qdrant(
-                tokens, vector, filt, lexical_n, dense_n, s.rrf_k
-            )
-        else:
-            lexical = self.reader.search_lexical(tokens, filt, lexical_n)
-            dense = self.reader.search_dense(vector, filt, dense_n)
+        lexical, dense, fused = self.reader.search(
+            tokens, vector, filt, n_lexical=lexical_n, n_dense=dense_n, rrf_k=s.rrf_k
+        )
         found = {cid: self.reader.get(cid) for cid, _ in [*lexical, *dense]}
         chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
         lexical = [h for h in lexical if h[0] in chunks]
@@ -308,7 +304,7 @@ class Pipeline:
         # one embedding call for every text this request ranks by: the intents, and the whole question the
         # reranker scores against (a compound question's parts differ from it)
         self.query_vectors([*(i.text for i in intents), *also_embed])
-        detail: dict[str, object] = {"lexical_backend": resolve_lexical_backend(self.settings)}
+        detail: dict[str, object] = {"lexical_backend": self.reader.lexical_backend}
         per_intent = []
         for intent in intents:
             candidates, counts = self._search(intent.text, filt, intent=intent.index)

@@ -1,51 +1,43 @@
-"""Qdrant as the search engine for both legs: BM25 as sparse vectors, hybrid fusion in the Query API, and
-blue/green collections on a Qdrant server.
+"""Qdrant server: blue/green collections written by ingestion, and the store backend that reads them.
 
-Lexical search inside Qdrant: each chunk carries a sparse vector named ``bm25`` whose indices are stable term
-ids (31 bits of a BLAKE2b hash of the ``rag.text.bm25_tokens`` token) and whose values are the BM25 term weights
-``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with rank-bm25's k1 and b. The collection declares the
-vector with ``Modifier.IDF``, so Qdrant multiplies each query term (value = its count in the query) by its IDF at
-query time. Qdrant's IDF is ``ln(1 + (N - df + 0.5) / (df + 0.5))`` where rank-bm25 uses ``ln((N - df + 0.5) /
-(df + 0.5))`` floored at 0.25 x the mean IDF: the two agree on rare terms and differ on very common ones, so the
-rankings are close but not identical (``benchmarks/lexical_parity.py`` measures how close). On a sharded server
-each shard computes IDF over its own points; with hash-distributed points that is a small, random perturbation.
-
-Hybrid: one ``query_batch_points`` call runs the sparse leg, the dense leg and the RRF fusion of the two (same
-filter, same limits), so the trace keeps each leg's ranks and scores while fusion itself runs in Qdrant. Qdrant
-scores a rank-r hit ``1 / (k - 1 + r)``; this project's ``rrf_fuse`` scores it ``1 / (k + r)``, so the request
-passes ``k + 1`` and both give the same numbers.
+The point layout and the searches (dense, sparse BM25 and their fusion in one Query API call) are the ones an
+embedded generation uses (``rag.stores.qdrant``); here they run against the server's collection of the
+published generation.
 
 Server writes are blue/green, like embedded generations: ingestion builds a new collection
 ``<qdrant_collection>-<generation>``, then moves the alias ``<qdrant_collection>`` to it in one
 ``update_collection_aliases`` call, then drops collections beyond the newest ``KEEP_COLLECTIONS``. Readers
 follow the published generation (``CURRENT`` in the data directory that ingestion and the app share) and query
 that generation's own collection, so a hit and the chunk it names always come from the same generation.
+
+``open_index_reader`` and ``open_index_writers`` pick the embedded generation or the server from the settings:
+the only place that decides.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from rag.config import Settings
-from rag.errors import ConfigurationError, IndexUnavailableError, IngestError, RetrievalError
-from rag.index import DENSE, Generation, IndexReader, chunk_payload, point_id, qdrant_filter
-from rag.lexical import K1, B
-from rag.types import Candidate, Chunk, SearchFilter
-
-SPARSE = "bm25"
-TERM_ID_MASK = (
-    0x7FFF_FFFF  # 31 bits: Qdrant takes uint32 indices; staying below 2**31 keeps every client happy
+from rag.errors import ConfigurationError, IndexUnavailableError, IngestError
+from rag.index import EmbeddedBackend, Generation, IndexReader, LexicalBackend
+from rag.lexical import average_length
+from rag.stores import GenerationBuild, IndexWriter, PublishedGeneration, Stores
+from rag.stores.memory import Bm25Writer
+from rag.stores.qdrant import (
+    EmbeddedQdrantWriter,
+    QdrantHybrid,
+    QdrantLexical,
+    QdrantVectors,
+    collection_config,
+    point,
 )
-AVGDL_DRIFT = 0.05  # re-weight every chunk's sparse vector when the corpus's avgdl moved more than this
+from rag.types import Chunk
+
 KEEP_COLLECTIONS = 2
 UPSERT_BATCH = 256
 PAYLOAD_INDEXES: dict[str, str] = {
@@ -55,217 +47,6 @@ PAYLOAD_INDEXES: dict[str, str] = {
     "tags_f": "keyword",
     "doc_id": "keyword",
 }
-
-Hit = tuple[str, float]  # (chunk_id, score), best first
-LexicalBackend = Literal["bm25", "qdrant"]
-
-
-# ----------------------------------------------------------------------------- sparse BM25 vectors
-@lru_cache(maxsize=500_000)
-def term_id(token: str) -> int:
-    """A stable id for a token: the same on every machine and in every process (unlike ``hash``)."""
-    digest = hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest()
-    return int.from_bytes(digest, "little") & TERM_ID_MASK
-
-
-def average_length(corpus: Sequence[Sequence[str]]) -> float:
-    """rank-bm25's avgdl: mean token count over every chunk of the generation."""
-    return float(sum(len(t) for t in corpus) / len(corpus)) if corpus else 0.0
-
-
-def avgdl_drifted(previous: float | None, current: float, tolerance: float = AVGDL_DRIFT) -> bool:
-    """True when stored sparse weights (computed with ``previous``) are too stale for ``current``."""
-    if previous is None or previous <= 0:
-        return True
-    return abs(current - previous) / previous > tolerance
-
-
-def sparse_document(tokens: Sequence[str], avgdl: float, *, k1: float = K1, b: float = B) -> Any:
-    """A chunk's BM25 term weights (without IDF: Qdrant's IDF modifier applies that at query time).
-
-    Two tokens whose ids collide (about one pair in a 100k-term vocabulary) share an index: their weights add up.
-    """
-    from qdrant_client import models
-
-    weights: dict[int, float] = {}
-    dl = len(tokens)
-    if dl and avgdl > 0:
-        norm = k1 * (1 - b + b * dl / avgdl)
-        for token, tf in Counter(tokens).items():
-            tid = term_id(token)
-            weights[tid] = weights.get(tid, 0.0) + tf * (k1 + 1) / (tf + norm)
-    indices = sorted(weights)
-    return models.SparseVector(indices=indices, values=[weights[i] for i in indices])
-
-
-def sparse_query(tokens: Sequence[str]) -> Any | None:
-    """Query term counts (rank-bm25 counts a repeated query term repeatedly); None for an empty query."""
-    from qdrant_client import models
-
-    counts: Counter[int] = Counter(term_id(t) for t in tokens)
-    if not counts:
-        return None
-    indices = sorted(counts)
-    return models.SparseVector(indices=indices, values=[float(counts[i]) for i in indices])
-
-
-# ----------------------------------------------------------------------------- queries (embedded or server)
-def qdrant_rrf_k(rrf_k: int) -> int:
-    """The Qdrant ``Rrf.k`` that reproduces ``rrf_fuse``'s ``1 / (rrf_k + rank)``."""
-    return rrf_k + 1
-
-
-def _hits(points: Sequence[Any]) -> list[Hit]:
-    return [(p.payload["chunk_id"], float(p.score)) for p in points if p.payload]
-
-
-def _failed(leg: str, exc: Exception) -> RetrievalError:
-    text = str(exc)
-    if SPARSE in text and ("vector name" in text.lower() or "not exist" in text.lower()):
-        return RetrievalError(
-            f"{leg} failed: this index has no '{SPARSE}' sparse vectors (it was built before lexical search "
-            "could run in Qdrant).",
-            hint="Re-run `rag ingest` (it upgrades the index), or set RAG_LEXICAL_BACKEND=bm25.",
-        )
-    return RetrievalError(
-        f"{leg} failed: {exc}", hint="Check that Qdrant is reachable; re-run `rag ingest` if needed."
-    )
-
-
-def lexical_search(
-    client: Any, collection: str, tokens: Sequence[str], filt: SearchFilter, n: int
-) -> list[Hit]:
-    """BM25 inside Qdrant: the sparse leg alone, filtered like every other query."""
-    query = sparse_query(tokens)
-    if query is None:
-        return []
-    try:
-        response = client.query_points(
-            collection,
-            query=query,
-            using=SPARSE,
-            query_filter=qdrant_filter(filt),
-            limit=n,
-            with_payload=["chunk_id"],
-        )
-    except Exception as exc:
-        raise _failed("Lexical search in Qdrant", exc) from exc
-    return _hits(response.points)
-
-
-def dense_search(client: Any, collection: str, vector: np.ndarray, filt: SearchFilter, n: int) -> list[Hit]:
-    try:
-        response = client.query_points(
-            collection,
-            query=np.asarray(vector, dtype=np.float32).tolist(),
-            using=DENSE,
-            query_filter=qdrant_filter(filt),
-            limit=n,
-            with_payload=["chunk_id"],
-        )
-    except Exception as exc:
-        raise _failed("Dense search", exc) from exc
-    return _hits(response.points)
-
-
-def hybrid_requests(
-    tokens: Sequence[str], vector: np.ndarray, filt: SearchFilter, n_lexical: int, n_dense: int, rrf_k: int
-) -> tuple[list[Any], bool]:
-    """The batch: [sparse leg,] dense leg, and their RRF fusion; the bool says whether a sparse leg is present."""
-    from qdrant_client import models
-
-    qfilter = qdrant_filter(filt)
-    dense_q = np.asarray(vector, dtype=np.float32).tolist()
-    sparse_q = sparse_query(tokens)
-    legs = [models.Prefetch(query=dense_q, using=DENSE, filter=qfilter, limit=n_dense)]
-    requests = [
-        models.QueryRequest(
-            query=dense_q, using=DENSE, filter=qfilter, limit=n_dense, with_payload=["chunk_id"]
-        )
-    ]
-    if sparse_q is not None:
-        legs.insert(0, models.Prefetch(query=sparse_q, using=SPARSE, filter=qfilter, limit=n_lexical))
-        requests.insert(
-            0,
-            models.QueryRequest(
-                query=sparse_q, using=SPARSE, filter=qfilter, limit=n_lexical, with_payload=["chunk_id"]
-            ),
-        )
-    requests.append(
-        models.QueryRequest(
-            prefetch=legs,
-            query=models.RrfQuery(rrf=models.Rrf(k=qdrant_rrf_k(rrf_k))),
-            filter=qfilter,
-            limit=n_lexical + n_dense,  # the union of the legs: fusion drops nothing
-            with_payload=["chunk_id"],
-        )
-    )
-    return requests, sparse_q is not None
-
-
-def hybrid_search(
-    client: Any,
-    collection: str,
-    tokens: Sequence[str],
-    vector: np.ndarray,
-    filt: SearchFilter,
-    n_lexical: int,
-    n_dense: int,
-    rrf_k: int,
-) -> tuple[list[Hit], list[Hit], list[Hit]]:
-    """(lexical hits, dense hits, fused hits) from one ``query_batch_points`` round trip."""
-    requests, has_sparse = hybrid_requests(tokens, vector, filt, n_lexical, n_dense, rrf_k)
-    try:
-        responses = client.query_batch_points(collection, requests=requests)
-    except Exception as exc:
-        raise _failed("Hybrid search in Qdrant", exc) from exc
-    legs = [_hits(r.points) for r in responses]
-    lexical = legs.pop(0) if has_sparse else []
-    dense, fused = legs
-    return lexical, dense, fused
-
-
-def fused_candidates(
-    lexical: Sequence[Hit],
-    dense: Sequence[Hit],
-    fused: Sequence[Hit],
-    chunks: Mapping[str, Chunk],
-    *,
-    intent: int = 0,
-) -> list[Candidate]:
-    """Candidates in Qdrant's fused order, each keeping both legs' ranks and scores for the trace.
-
-    The twin of ``rrf_fuse`` for fusion that ran inside Qdrant. Hits whose chunk is missing from ``chunks`` are
-    skipped; the others keep their original ranks.
-    """
-    lex: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(lexical, start=1):
-        lex.setdefault(cid, (rank, score))
-    den: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(dense, start=1):
-        den.setdefault(cid, (rank, score))
-    out: list[Candidate] = []
-    seen: set[str] = set()
-    for cid, score in fused:
-        chunk = chunks.get(cid)
-        if chunk is None or cid in seen:
-            continue
-        seen.add(cid)
-        bm25_rank, bm25_score = lex.get(cid, (None, None))
-        dense_rank, dense_score = den.get(cid, (None, None))
-        out.append(
-            Candidate(
-                chunk=chunk,
-                bm25_rank=bm25_rank,
-                bm25_score=bm25_score,
-                dense_rank=dense_rank,
-                dense_score=dense_score,
-                fused_score=float(score),
-                fused_rank=len(out) + 1,
-                intents=(intent,),
-            )
-        )
-    return out
 
 
 def resolve_lexical_backend(settings: Settings) -> LexicalBackend:
@@ -379,8 +160,7 @@ class ServerIndexWriter:
             "create the collection",
             self.client.create_collection,
             name,
-            vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            **collection_config(dim),
             shard_number=s.qdrant_shards,
             replication_factor=s.qdrant_replication,
             write_consistency_factor=s.qdrant_write_consistency,
@@ -398,14 +178,7 @@ class ServerIndexWriter:
         avgdl = average_length(tokens)
         for start in range(0, len(chunks), UPSERT_BATCH):
             points = [
-                models.PointStruct(
-                    id=point_id(c.chunk_id),
-                    vector={
-                        DENSE: np.asarray(v, dtype=np.float32).tolist(),
-                        SPARSE: sparse_document(t, avgdl),
-                    },
-                    payload=chunk_payload(c),
-                )
+                point(c, v, t, avgdl)
                 for c, t, v in zip(
                     chunks[start : start + UPSERT_BATCH],
                     tokens[start : start + UPSERT_BATCH],
@@ -423,8 +196,21 @@ class ServerIndexWriter:
             )
         return name
 
-    # -- publish
+    # -- IndexWriter
+    def is_stale(self, published: PublishedGeneration) -> bool:
+        """A new or replaced server lacks the published generation's collection: rebuild it there."""
+        return not self.has_generation(published.generation)
+
+    def write(self, build: GenerationBuild) -> None:
+        """Every chunk of the generation into its own collection (vectors from the cache: ``all_vectors``)."""
+        self.build(build.name, build.chunks, build.tokens, build.all_vectors(), build.dim)
+
     def publish(self, generation: str) -> None:
+        """Point the alias at ``generation``'s collection if it points elsewhere (see ``ensure_published``)."""
+        self.ensure_published(generation)
+
+    # -- publish
+    def switch_alias(self, generation: str) -> None:
         """Point the alias at ``generation``'s collection (one atomic call), then drop old collections."""
         from qdrant_client import models
 
@@ -444,7 +230,7 @@ class ServerIndexWriter:
         """Switch the alias to ``generation`` if it points elsewhere; True when it had to."""
         if self.alias_target() == collection_for(self.alias, generation):
             return False
-        self.publish(generation)
+        self.switch_alias(generation)
         return True
 
     def collect_garbage(self, current: str | None = None) -> list[str]:
@@ -460,65 +246,43 @@ class ServerIndexWriter:
 
 
 # ----------------------------------------------------------------------------- reading
-class ServerGeneration(Generation):
-    """A published generation whose vectors live on the Qdrant server (no private copy to make)."""
+class ServerBackend:
+    """``StoreBackend`` over a Qdrant server: each generation's own collection (checked when the reader switches
+    to it), its dense leg, and its sparse leg and fusion (``"qdrant"``) or the generation's in-process BM25
+    (``"bm25"``). The chunks and manifest come from the shared data directory."""
 
-    def __init__(self, data_dir: Path, name: str, client: Any, collection: str) -> None:
-        self.client = client
-        self.collection = collection
-        super().__init__(data_dir, name)
-
-    def _open_vectors(self, folder: Path) -> None:
-        try:
-            exists = self.client.collection_exists(self.collection)
-        except Exception as exc:
-            raise IndexUnavailableError(f"Qdrant server unreachable: {exc}") from exc
-        if not exists:
-            raise IndexUnavailableError(
-                f"The Qdrant server has no collection {self.collection} for the published generation {self.name}."
-            )
-
-    def close(self) -> None:
-        """The client is the reader's, shared across generations: nothing to release here."""
-
-
-class ServerIndexReader(IndexReader):
-    """``IndexReader`` over a Qdrant server: chunks and manifest from the shared data directory, vectors from
-    the generation's collection on the server."""
+    unavailable_hint = "Run `rag ingest` against this Qdrant server (RAG_QDRANT_URL) and data directory."
 
     def __init__(self, settings: Settings, client: Any | None = None) -> None:
         self.settings = settings
         self.client = client if client is not None else connect(settings)
         self._owns_client = client is None
-        super().__init__(settings.data_dir)
+        self._lexical = resolve_lexical_backend(settings)
 
-    def _open_with_retry(self, name: str) -> Generation:
-        last: Exception | None = None
-        for attempt in range(3):
-            try:
-                return ServerGeneration(
-                    self.data_dir, name, self.client, collection_for(self.settings.qdrant_collection, name)
-                )
-            except (FileNotFoundError, IndexUnavailableError) as exc:
-                last = exc
-                time.sleep(0.2 * attempt)
-        raise IndexUnavailableError(
-            f"Index generation {name} could not be opened: {last}",
-            hint="Run `rag ingest` against this Qdrant server (RAG_QDRANT_URL) and data directory.",
+    @property
+    def lexical_backend(self) -> LexicalBackend:
+        return self._lexical
+
+    def open(self, generation: Generation) -> Stores:
+        collection = collection_for(self.settings.qdrant_collection, generation.name)
+        try:
+            exists = self.client.collection_exists(collection)
+        except Exception as exc:
+            raise IndexUnavailableError(f"Qdrant server unreachable: {exc}") from exc
+        if not exists:
+            raise IndexUnavailableError(
+                f"The Qdrant server has no collection {collection} for the published generation {generation.name}."
+            )
+        in_qdrant = self._lexical == "qdrant"
+        return (
+            Stores(  # the client is the backend's, shared across generations: nothing to close per generation
+                lexical=QdrantLexical(self.client, collection) if in_qdrant else generation.bm25_lexical(),
+                dense=QdrantVectors(self.client, collection),
+                hybrid=QdrantHybrid(self.client, collection) if in_qdrant else None,
+            )
         )
-
-    def _qdrant_target(self) -> tuple[Any, str]:
-        gen = self.generation
-        return gen.client, getattr(
-            gen, "collection", collection_for(self.settings.qdrant_collection, gen.name)
-        )
-
-    def search_dense(self, vector: np.ndarray, filt: SearchFilter, n: int) -> list[tuple[str, float]]:
-        client, collection = self._qdrant_target()
-        return dense_search(client, collection, vector, filt, n)
 
     def close(self) -> None:
-        super().close()
         if self._owns_client:
             self.client.close()
 
@@ -526,23 +290,24 @@ class ServerIndexReader(IndexReader):
 def open_index_reader(settings: Settings) -> IndexReader:
     """The reader for these settings: a Qdrant server when ``qdrant_url`` is set, else embedded generations."""
     if settings.qdrant_url:
-        return ServerIndexReader(settings)
-    return IndexReader(settings.data_dir)
+        return IndexReader(settings.data_dir, ServerBackend(settings))
+    return IndexReader(settings.data_dir, EmbeddedBackend(resolve_lexical_backend(settings)))
+
+
+def open_index_writers(settings: Settings) -> list[IndexWriter]:
+    """What ingestion writes a generation through: the vector points (with their sparse BM25 vectors) in the
+    server's collection or the generation's embedded Qdrant folder, and the generation's BM25 files."""
+    store: IndexWriter = ServerIndexWriter(settings) if settings.qdrant_url else EmbeddedQdrantWriter()
+    return [store, Bm25Writer()]
 
 
 __all__ = [
-    "SPARSE",
-    "ServerIndexReader",
+    "KEEP_COLLECTIONS",
+    "ServerBackend",
     "ServerIndexWriter",
-    "average_length",
-    "avgdl_drifted",
     "collection_for",
-    "fused_candidates",
-    "hybrid_search",
-    "lexical_search",
+    "connect",
     "open_index_reader",
+    "open_index_writers",
     "resolve_lexical_backend",
-    "sparse_document",
-    "sparse_query",
-    "term_id",
 ]

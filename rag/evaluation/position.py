@@ -393,9 +393,9 @@ def freeze_from_index(
         if pipeline is not None:
             reader = pipeline.reader
         else:
-            from rag.index import IndexReader
+            from rag.qdrant_server import open_index_reader
 
-            reader = IndexReader(settings.data_dir)
+            reader = open_index_reader(settings)
     if pipeline is None and retrieval == "pipeline" and distractors == "retrieved":
         try:
             from rag.factory import build_pipeline
@@ -509,7 +509,7 @@ def _candidates(q: EvalQuestion, filt: Any, reader: Any, pipeline: Any) -> list[
         ]
     from rag.text import bm25_tokens
 
-    hits = reader.search_lexical(bm25_tokens(q.question), filt, 80)
+    hits = reader.lexical.search(bm25_tokens(q.question), filt, 80)
     out: list[tuple[Chunk, float | None]] = []
     for cid, score in hits:
         chunk = reader.get(cid)

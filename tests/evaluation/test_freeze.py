@@ -22,16 +22,18 @@ GIFT = "Gift cards are not refundable, except where required by law."
 
 
 class MemoryReader:
-    """The slice of IndexReader that freezing uses: the generation's chunks, get(), and BM25-ish search."""
+    """The slice of IndexReader that freezing uses: the generation's chunks, get(), and a BM25-ish lexical index
+    (``reader.lexical.search``: this reader is its own ``LexicalIndex``)."""
 
     def __init__(self, chunks: list[Any]) -> None:
         self.generation = SimpleNamespace(chunks=chunks)
         self.by_id = {c.chunk_id: c for c in chunks}
+        self.lexical = self
 
     def get(self, chunk_id: str) -> Any:
         return self.by_id.get(chunk_id)
 
-    def search_lexical(self, tokens: list[str], filt: Any, n: int) -> list[tuple[str, float]]:
+    def search(self, tokens: list[str], filt: Any, n: int) -> list[tuple[str, float]]:
         q = set(tokens)
         scored = [
             (c.chunk_id, float(len(q & set(bm25_tokens(c.text)))))

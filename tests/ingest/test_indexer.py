@@ -63,7 +63,7 @@ def test_changed_file_replaces_its_chunks_and_old_text_stays_resolvable(tmp_path
     settings = load_settings(data_dir=data)
     ingest([str(docs)], settings, embedder=embedder)
     reader = IndexReader(data)
-    old_ids = {cid for cid, _ in reader.search_lexical(bm25_tokens("45 days"), EVERYONE, 10)}
+    old_ids = {cid for cid, _ in reader.lexical.search(bm25_tokens("45 days"), EVERYONE, 10)}
     assert old_ids
 
     (docs / "refunds.md").write_text((docs / "refunds.md").read_text().replace("45 days", "60 days"))
@@ -72,7 +72,7 @@ def test_changed_file_replaces_its_chunks_and_old_text_stays_resolvable(tmp_path
     assert reader.refresh()  # a running reader picks up the new generation without a restart
     texts = " ".join(c.text for c in reader.generation.chunks)
     assert "60 days" in texts and "45 days" not in texts
-    assert not reader.search_lexical(bm25_tokens("45"), EVERYONE, 10)
+    assert not reader.lexical.search(bm25_tokens("45"), EVERYONE, 10)
     from rag.index import ChunkArchive
 
     archived = [ChunkArchive(data).get(cid) for cid in old_ids]
@@ -91,7 +91,7 @@ def test_prune_removes_documents_whose_files_are_gone(tmp_path: Path, embedder) 
     pruned = ingest([str(docs)], settings, prune=True, embedder=embedder)
     assert pruned.totals["removed"] == 1 and pruned.published
     reader = IndexReader(data)
-    assert not reader.search_lexical(bm25_tokens("paid leave"), EVERYONE, 10)
+    assert not reader.lexical.search(bm25_tokens("paid leave"), EVERYONE, 10)
     reader.close()
 
 
@@ -133,7 +133,7 @@ while time.time() < deadline:
     try:
         r.refresh()
         seen.add(r.generation.name)
-        hits = r.search_lexical(bm25_tokens('zebra crossing'), f, 5)
+        hits = r.lexical.search(bm25_tokens('zebra crossing'), f, 5)
         if hits:
             break
     except Exception as exc:
@@ -189,7 +189,7 @@ def test_kill_9_mid_run_keeps_the_old_index_and_a_rerun_completes(tmp_path: Path
     victim.wait()
     assert current_generation(data) == published  # the old index still serves
     reader = IndexReader(data)
-    assert reader.search_lexical(bm25_tokens("45 days"), EVERYONE, 5)
+    assert reader.lexical.search(bm25_tokens("45 days"), EVERYONE, 5)
     reader.close()
 
     rerun = ingest([str(docs)], settings, embedder=embedder)
@@ -198,7 +198,7 @@ def test_kill_9_mid_run_keeps_the_old_index_and_a_rerun_completes(tmp_path: Path
     reader = IndexReader(data)
     ids = [c.chunk_id for c in reader.generation.chunks]
     assert len(ids) == len(set(ids))  # no duplicate chunks
-    assert reader.search_lexical(bm25_tokens("Rule 39"), EVERYONE, 5)
+    assert reader.lexical.search(bm25_tokens("Rule 39"), EVERYONE, 5)
     reader.close()
     shutil.rmtree(data)
 
@@ -209,10 +209,10 @@ def test_sample_corpus_filters_inside_both_legs(sample_data_dir: Path, embedder)
     hr = SearchFilter(Principal("hana", frozenset({"hr"})), date.today())
     tokens = bm25_tokens("salary bands CANARY-HR-7731")
     vector = embedder.embed_queries(["salary bands for each grade"])[0]
-    for hits in (reader.search_lexical(tokens, outsider, 40), reader.search_dense(vector, outsider, 40)):
+    for hits in (reader.lexical.search(tokens, outsider, 40), reader.dense.search(vector, outsider, 40)):
         assert all("hr" not in reader.get(cid).groups for cid, _ in hits)  # type: ignore[union-attr]
-    assert any("hr" in reader.get(cid).groups for cid, _ in reader.search_lexical(tokens, hr, 40))  # type: ignore[union-attr]
-    for cid, _ in reader.search_dense(vector, outsider, 40):
+    assert any("hr" in reader.get(cid).groups for cid, _ in reader.lexical.search(tokens, hr, 40))  # type: ignore[union-attr]
+    for cid, _ in reader.dense.search(vector, outsider, 40):
         chunk = reader.get(cid)
         assert chunk is not None and chunk.meta.valid_on(date.today())
     reader.close()

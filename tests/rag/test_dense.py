@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rag.index import IndexReader
+from rag.index import IndexReader, current_generation, generation_dir
+from rag.stores.qdrant import COLLECTION, QdrantVectors
 from rag.types import Principal, SearchFilter
 
 PRINCIPALS = [
@@ -30,17 +33,31 @@ def reader(sample_data_dir: Path) -> IndexReader:
     r.close()
 
 
+@pytest.fixture(scope="module")
+def qdrant_engine(sample_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The same generation's vectors searched by the embedded Qdrant engine (on a copy: Qdrant locks its folder)."""
+    from qdrant_client import QdrantClient
+
+    copy = tmp_path_factory.mktemp("dense-qdrant") / "qdrant"
+    shutil.copytree(
+        generation_dir(sample_data_dir, current_generation(sample_data_dir) or "") / "qdrant", copy
+    )
+    client = QdrantClient(path=str(copy))
+    yield QdrantVectors(client, COLLECTION)
+    client.close()
+
+
 @pytest.mark.parametrize("principal", PRINCIPALS, ids=lambda p: p.user)
 @pytest.mark.parametrize("as_of", [date(2021, 6, 1), date(2026, 6, 1)])
 def test_same_hits_as_qdrants_filtered_search(
-    reader: IndexReader, embedder, principal: Principal, as_of: date
+    reader: IndexReader, qdrant_engine: QdrantVectors, embedder, principal: Principal, as_of: date
 ) -> None:  # type: ignore[no-untyped-def]
     filt = SearchFilter(principal, as_of)
     for question in QUESTIONS:
         vector = embedder.embed_queries([question])[0]
         for n in (1, 10, 500):
-            ours = reader.search_dense(vector, filt, n)
-            theirs = reader.search_dense_qdrant(vector, filt, n)
+            ours = reader.dense.search(vector, filt, n)
+            theirs = qdrant_engine.search(vector, filt, n)
             assert [cid for cid, _ in ours] == [cid for cid, _ in theirs]
             assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(ours, theirs, strict=True))
             for cid, _ in ours:
@@ -51,10 +68,10 @@ def test_same_hits_as_qdrants_filtered_search(
 def test_nothing_readable_means_no_hits(reader: IndexReader, embedder) -> None:  # type: ignore[no-untyped-def]
     vector = embedder.embed_queries(["anything"])[0]
     assert (
-        reader.search_dense(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10)
+        reader.dense.search(vector, SearchFilter(Principal("nobody", frozenset()), date(1990, 1, 1)), 10)
         == []
     )
-    assert reader.search_dense(vector, SearchFilter(PRINCIPALS[0], date(2026, 6, 1)), 0) == []
+    assert reader.dense.search(vector, SearchFilter(PRINCIPALS[0], date(2026, 6, 1)), 0) == []
 
 
 def test_passage_tokens_are_the_tokens_bm25_counted(reader: IndexReader) -> None:

@@ -20,28 +20,28 @@ from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.errors import RetrievalError
 from rag.index import (
-    COLLECTION,
-    DENSE,
+    EmbeddedBackend,
     IndexReader,
     Manifest,
     current_generation,
     generation_dir,
     load_chunks,
-    point_id,
 )
-from rag.lexical import K1, B
+from rag.lexical import K1, B, average_length
 from rag.pipeline import Pipeline, PipelineOptions, Question
-from rag.qdrant_server import (
+from rag.qdrant_server import resolve_lexical_backend
+from rag.stages.fusion import rrf_fuse
+from rag.stores import fused_candidates
+from rag.stores.qdrant import (
+    COLLECTION,
+    DENSE,
     SPARSE,
-    average_length,
     avgdl_drifted,
-    fused_candidates,
-    resolve_lexical_backend,
+    point_id,
     sparse_document,
     sparse_query,
     term_id,
 )
-from rag.stages.fusion import rrf_fuse
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 
@@ -63,9 +63,14 @@ def question_filter(q: dict[str, Any]) -> SearchFilter:
 
 @pytest.fixture(scope="module")
 def reader(sample_data_dir: Path) -> IndexReader:
-    r = IndexReader(sample_data_dir)
+    """The sample corpus with lexical search and fusion inside (embedded) Qdrant."""
+    r = IndexReader(sample_data_dir, EmbeddedBackend(lexical="qdrant"))
     yield r  # type: ignore[misc]
     r.close()
+
+
+def hybrid(reader: IndexReader, tokens: list[str], vector: Any, filt: SearchFilter, n: int) -> Any:
+    return reader.search(tokens, vector, filt, n_lexical=n, n_dense=n, rrf_k=60)
 
 
 # ----------------------------------------------------------------------------- sparse vectors
@@ -170,7 +175,7 @@ def rank_bm25_top(reader: IndexReader, tokens: list[str], filt: SearchFilter, n:
     gen = reader.generation
     _chunks, corpus = load_chunks(generation_dir(reader.data_dir, gen.name))
     scores = BM25Okapi(corpus).get_scores(tokens)
-    allowed = gen._masks.mask(filt)
+    allowed = gen.masks.mask(filt)
     order = sorted(
         (i for i in range(len(scores)) if allowed[i] and scores[i] > 0), key=lambda i: (-scores[i], i)
     )
@@ -182,7 +187,7 @@ def test_sparse_leg_agrees_with_rank_bm25(reader: IndexReader) -> None:
     for q in sample_questions():
         tokens, filt = bm25_tokens(q["question"]), question_filter(q)
         reference = rank_bm25_top(reader, tokens, filt, 10)
-        got = [cid for cid, _ in reader.search_lexical_qdrant(tokens, filt, 10)]
+        got = [cid for cid, _ in reader.lexical.search(tokens, filt, 10)]
         if reference:
             overlaps.append(len(set(reference) & set(got)) / len(reference))
             assert got[0] in reference[:3], q["id"]  # the best lexical hit stays near the top
@@ -199,9 +204,10 @@ def test_fusion_in_qdrant_equals_rrf_fuse(reader: IndexReader, embedder) -> None
     vectors = embedder.embed_queries([q["question"] for q in questions])
     for q, vector in zip(questions, vectors, strict=True):
         tokens, filt = bm25_tokens(q["question"]), question_filter(q)
-        lexical, dense, fused = reader.search_hybrid_qdrant(tokens, vector, filt, 40, 40, 60)
-        assert lexical == reader.search_lexical_qdrant(tokens, filt, 40)
-        assert [c for c, _ in dense] == [c for c, _ in reader.search_dense(vector, filt, 40)]
+        lexical, dense, fused = hybrid(reader, tokens, vector, filt, 40)
+        assert fused is not None
+        assert lexical == reader.lexical.search(tokens, filt, 40)
+        assert [c for c, _ in dense] == [c for c, _ in reader.dense.search(vector, filt, 40)]
         chunks = {cid: reader.get(cid) for cid, _ in [*lexical, *dense]}
         expected = {c.chunk_id: c.fused_score for c in rrf_fuse(lexical, dense, chunks, k=60)}
         assert {cid for cid, _ in fused} == set(expected)
@@ -263,8 +269,9 @@ def test_restricted_canary_never_leaves_qdrant_for_an_outsider(reader: IndexRead
         tokens, vector = bm25_tokens(text), embedder.embed_queries([text])[0]
         for who, sink in ((STAFF, None), (HR, hr_hits)):
             filt = SearchFilter(who, TODAY)
-            hits = reader.search_lexical_qdrant(tokens, filt, 100)
-            lexical, dense, fused = reader.search_hybrid_qdrant(tokens, vector, filt, 100, 100, 60)
+            hits = reader.lexical.search(tokens, filt, 100)
+            lexical, dense, fused = hybrid(reader, tokens, vector, filt, 100)
+            assert fused is not None
             texts = [reader.get(cid).text for cid, _ in [*hits, *lexical, *dense, *fused]]  # type: ignore[union-attr]
             if sink is None:
                 assert not any(CANARY in t for t in texts), text
@@ -282,19 +289,21 @@ def test_validity_dates_hold_in_the_sparse_leg(reader: IndexReader) -> None:
     tokens = bm25_tokens("How many days a week can I work remotely during COVID?")
     for as_of in (TODAY, date(2021, 6, 1)):
         filt = SearchFilter(STAFF, as_of)
-        for cid, _ in reader.search_lexical_qdrant(tokens, filt, 50):
+        for cid, _ in reader.lexical.search(tokens, filt, 50):
             assert filt.allows(reader.get(cid))  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- incremental generations
 def _stored_sparse(data_dir: Path, chunk_id: str) -> dict[int, float]:
-    reader = IndexReader(data_dir)
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(path=str(generation_dir(data_dir, current_generation(data_dir)) / "qdrant"))  # type: ignore[arg-type]
     try:
-        point = reader.generation.client.retrieve(COLLECTION, [point_id(chunk_id)], with_vectors=[SPARSE])[0]
+        point = client.retrieve(COLLECTION, [point_id(chunk_id)], with_vectors=[SPARSE])[0]
         vec = point.vector[SPARSE]
         return dict(zip(vec.indices, vec.values, strict=True))
     finally:
-        reader.close()
+        client.close()
 
 
 def _expected_sparse(tokens: list[str], avgdl: float) -> dict[int, float]:
@@ -364,18 +373,18 @@ def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path
     (gen / "manifest.json").write_text(json.dumps(manifest))
 
     filt = SearchFilter(STAFF, TODAY)
-    old = IndexReader(data)
+    old = IndexReader(data, EmbeddedBackend(lexical="qdrant"))
     assert old.generation.manifest.bm25_avgdl is None  # old manifests still load
     with pytest.raises(RetrievalError) as err:
-        old.search_lexical_qdrant(bm25_tokens("gift card refund"), filt, 5)
+        old.lexical.search(bm25_tokens("gift card refund"), filt, 5)
     assert "rag ingest" in (err.value.hint or "")
     old.close()
 
     report = ingest([str(docs)], settings, embedder=embedder)
     assert report.published and report.embedded == 0
-    new = IndexReader(data)
+    new = IndexReader(data, EmbeddedBackend(lexical="qdrant"))
     try:
-        hits = new.search_lexical_qdrant(bm25_tokens("gift card refund"), filt, 5)
+        hits = new.lexical.search(bm25_tokens("gift card refund"), filt, 5)
         assert hits and "Gift cards" in new.get(hits[0][0]).text  # type: ignore[union-attr]
         assert new.generation.manifest.bm25_avgdl is not None
     finally:

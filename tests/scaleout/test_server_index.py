@@ -20,7 +20,7 @@ from rag.config import load_settings
 from rag.errors import IndexUnavailableError, IngestError
 from rag.index import current_generation, index_root
 from rag.pipeline import Pipeline, Question
-from rag.qdrant_server import ServerIndexReader, ServerIndexWriter, collection_for, open_index_reader
+from rag.qdrant_server import ServerBackend, ServerIndexWriter, collection_for, open_index_reader
 from rag.text import bm25_tokens
 from rag.types import Chunk, Principal, SearchFilter
 
@@ -185,7 +185,7 @@ def test_server_ingest_and_reader_end_to_end(
     assert server.count(f"chunks-{gen1}", exact=True).count == report.index_chunks
 
     reader = open_index_reader(settings)
-    assert isinstance(reader, ServerIndexReader)
+    assert isinstance(reader.backend, ServerBackend) and reader.lexical_backend == "qdrant"
     pipeline = Pipeline(settings, reader=reader, embedder=embedder)
     result = pipeline.ask(Question("Are gift cards refundable?", STAFF, as_of=TODAY))
     assert any("Gift cards are not refundable" in e.candidate.chunk.text for e in result.evidence)
@@ -205,9 +205,9 @@ def test_server_ingest_and_reader_end_to_end(
     again = pipeline.ask(Question("Are gift cards refundable?", STAFF, as_of=TODAY))
     assert again.stages[0].detail == {"switched": True, "generation": gen2}
     filt = SearchFilter(STAFF, TODAY)
-    assert reader.search_lexical_qdrant(bm25_tokens("remote work days"), filt, 50) == [] or all(
+    assert reader.lexical.search(bm25_tokens("remote work days"), filt, 50) == [] or all(
         "remote-work" not in reader.get(cid).source
-        for cid, _ in reader.search_lexical_qdrant(bm25_tokens("remote work"), filt, 50)  # type: ignore[union-attr]
+        for cid, _ in reader.lexical.search(bm25_tokens("remote work"), filt, 50)  # type: ignore[union-attr]
     )
 
     # a new, empty server: the next run rebuilds the published generation there even though no file changed
@@ -215,7 +215,7 @@ def test_server_ingest_and_reader_end_to_end(
         server.delete_collection(name)
     server.update_collection_aliases(change_aliases_operations=[])
     with pytest.raises(IndexUnavailableError):
-        ServerIndexReader(settings)
+        open_index_reader(settings)
     report3 = ingest([str(docs)], settings, embedder=embedder)
     assert report3.published and report3.embedded == 0
     assert ServerIndexWriter(settings).alias_target() == f"chunks-{current_generation(data)}"
