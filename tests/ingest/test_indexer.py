@@ -12,11 +12,15 @@ import time
 from datetime import date
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+import ingest.indexer as indexer
 from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.index import IndexReader, current_generation, index_root
+from rag.qdrant_server import open_index_writers
+from rag.stores import GenerationBuild, PublishedGeneration
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 from supportbot.cli import app
@@ -55,6 +59,56 @@ def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, 
     assert current_generation(data) == gen
     after = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file() and p.name != "ingest.lock"}
     assert after == {p: t for p, t in snapshot.items() if p.name != "ingest.lock"}
+
+
+class RecordingWriter:
+    """Forwards to a real writer and records what ingestion asked of it."""
+
+    def __init__(self, writer, calls: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+        self._writer, self.calls = writer, calls
+
+    def is_stale(self, published: PublishedGeneration) -> bool:
+        stale = bool(self._writer.is_stale(published))
+        self.calls.append(("is_stale", f"{published.generation}:{stale}"))
+        return stale
+
+    def write(self, build: GenerationBuild) -> None:
+        self.calls.append(("write", build.name))
+        self._writer.write(build)
+
+    def publish(self, generation: str) -> None:
+        self.calls.append(("publish", generation))
+        self._writer.publish(generation)
+
+    def close(self) -> None:
+        self.calls.append(("close", ""))
+        self._writer.close()
+
+
+def test_ingestion_writes_every_store_through_the_writer_protocol(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        indexer, "open_index_writers", lambda s: [RecordingWriter(w, calls) for w in open_index_writers(s)]
+    )
+    first = ingest([str(docs)], settings, embedder=embedder)
+    gen1 = first.generation or ""
+    # two writers (the embedded Qdrant store, the BM25 files): each writes, then publishes after CURRENT moved
+    assert calls == [("write", gen1)] * 2 + [("publish", gen1)] * 2 + [("close", "")] * 2
+    calls.clear()
+    ingest(
+        [str(docs)], settings, embedder=embedder
+    )  # nothing changed: nothing written, each store re-published
+    assert calls == [("is_stale", f"{gen1}:False")] * 2 + [("publish", gen1)] * 2 + [("close", "")] * 2
+    reader = IndexReader(data)
+    try:
+        assert reader.lexical.search(bm25_tokens("gift cards"), EVERYONE, 3)
+    finally:
+        reader.close()
 
 
 def test_changed_file_replaces_its_chunks_and_old_text_stays_resolvable(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
