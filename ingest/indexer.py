@@ -317,8 +317,9 @@ def ingest(
                     n = sum(len(old_docs[d]["chunk_ids"]) for d in entry["doc_ids"] if d in old_docs)
                     report.files.append(FileResult(source, "removed", chunks=n))
 
-        # unchanged documents need nothing; a run that changes nothing writes nothing
-        changed = {d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)}
+        # unchanged documents need nothing; a run that changes nothing writes nothing. A list in file order,
+        # not a set: the chunk order (and so every BM25 and dense tie) must not depend on the hash seed.
+        changed = [d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)]
         removed_docs -= set(new_docs)
         writers = open_index_writers(settings)
         try:
@@ -353,7 +354,7 @@ def _write_generation(
     manifest: Manifest | None,
     new_docs: dict[str, tuple[SourceDocument, list[Chunk]]],
     new_sources: dict[str, dict[str, Any]],
-    changed: set[str],
+    changed: Sequence[str],
     removed_docs: set[str],
     embedder: Embedder | None,
     progress: ProgressFn | None,
@@ -401,7 +402,7 @@ def _write_generation(
     old_tokens: list[list[str]] = []
     if current_name:
         old_chunks, old_tokens = load_chunks(generation_dir(data_dir, current_name))
-    drop_docs = changed | removed_docs
+    drop_docs = set(changed) | removed_docs
     kept = [(c, tok) for c, tok in zip(old_chunks, old_tokens, strict=True) if c.doc_id not in drop_docs]
     added = [(c, bm25_tokens(passage_text(c.title, c.section, c.text))) for c in embed_chunks]
     all_pairs = kept + added

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import ingest.indexer as indexer
 from ingest.indexer import ingest
 from rag.config import load_settings
-from rag.index import IndexReader, current_generation, index_root
+from rag.index import IndexReader, current_generation, generation_dir, index_root, load_chunks
 from rag.qdrant_server import open_index_writers
 from rag.stores import GenerationBuild, PublishedGeneration
 from rag.text import bm25_tokens
@@ -270,3 +270,24 @@ def test_sample_corpus_filters_inside_both_legs(sample_data_dir: Path, embedder)
         chunk = reader.get(cid)
         assert chunk is not None and chunk.meta.valid_on(date.today())
     reader.close()
+
+
+def test_index_order_does_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
+    """The same files give the same chunk order (and so the same BM25 and dense ties) in every process."""
+    docs = tmp_path / "docs"
+    write_docs(docs)
+    for name in ("travel", "security", "expenses", "hardware", "onboarding", "benefits"):
+        (docs / f"{name}.md").write_text(f"# {name.title()} policy\n\nThe {name} rule applies to everyone.\n")
+    orders = []
+    for seed in ("1", "2", "3"):
+        data = tmp_path / f"data-{seed}"
+        subprocess.run(
+            [sys.executable, "-m", "ingest", str(docs), "--data-dir", str(data)],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": seed},
+        )
+        chunks, _ = load_chunks(generation_dir(data, current_generation(data)))
+        orders.append([c.chunk_id for c in chunks])
+    assert orders[0] == orders[1] == orders[2]
