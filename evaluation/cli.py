@@ -661,3 +661,89 @@ def suite(
     console = _console()
     for table in suite_tables(report):
         console.print(table)
+
+
+def llm_subset_table(report: dict[str, Any]) -> Table:
+    """Before (citation check) and after (claim check) on the same model text, one row per measure."""
+    s = report["summary"]
+    before, after = s["before_citation_check"], s["after_claim_check"]
+    t = Table(
+        title=f"LLM subset, {report['meta']['commit']}, {report['meta']['model']}: "
+        f"{s['questions']} questions ({s['abstained']} abstained, {s['errors']} errors)",
+        show_lines=True,
+    )
+    for col in ("measure", "before (citation check)", "after (claim check)"):
+        t.add_column(col)
+    t.add_row("model's text right", _rate_cell(s["model_accuracy"]), _rate_cell(s["model_accuracy"]))
+    t.add_row("served answer right", "", _rate_cell(s["served_accuracy"]))
+    t.add_row("passed as checked", _rate_cell(before["passed"]), _rate_cell(after["passed"]))
+    t.add_row("wrong answers caught", _rate_cell(before["wrong_caught"]), _rate_cell(after["wrong_caught"]))
+    t.add_row("wrong answers passed", ", ".join(before["wrong_passed"]), ", ".join(after["wrong_passed"]))
+    t.add_row(
+        "false flags (right, not passed)", _rate_cell(before["false_flags"]), _rate_cell(after["false_flags"])
+    )
+    verdicts = ", ".join(f"{k} {v}" for k, v in s["verdicts"].items())
+    t.add_row(
+        "judged",
+        f"{s['citations']} citations: {s['citations_invalid']} invalid, {s['citations_unsupported']} unsupported",
+        f"{s['claims']} claims: {verdicts}",
+    )
+    t.add_row(
+        "inline markers",
+        "",
+        f"{_rate_cell(s['inline_markers'])} of claims; {s['answers_without_inline_marker']} answers with none",
+    )
+    t.add_row(
+        "after the check",
+        "",
+        f"{s['repair_calls']} repair calls, {s['repaired']} repaired, {s['fallbacks']} extractive fallbacks; "
+        f"served verified {_rate_cell(s['served_verified'])}",
+    )
+    ms = s["ms_total"]
+    t.add_row(
+        "seconds per answer",
+        "",
+        f"p50 {ms['p50'] / 1000:.1f}, mean {ms['mean'] / 1000:.1f}, max {ms['max'] / 1000:.1f} "
+        f"(generate p50 {s['ms_generate_p50'] / 1000:.1f}, claims p50 {s['ms_claims_p50'] / 1000:.1f})",
+    )
+    return t
+
+
+@eval_app.command("llm-subset")
+def llm_subset(
+    shared: Annotated[
+        Path | None,
+        typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo."),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--work-dir",
+            help="Where each corpus is ingested (as rag eval suite). Default: <data-dir>/suites.",
+        ),
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")] = None,
+    limit_per_suite: Annotated[
+        int | None, typer.Option("--limit-per-suite", help="Only the first N questions of each suite.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report.json and results.jsonl (every rag ask --json).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: {meta, summary, per_suite, rows}.")
+    ] = False,
+) -> None:
+    """The fixed LLM subset: claim check against citation check on the same model answers (RAG_LLM_BASE_URL)."""
+    from evaluation.llm_subset import run
+    from evaluation.suite import Paths
+
+    settings = _settings(data_dir)
+    root = Path(__file__).resolve().parents[1]
+    paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
+    paths.work_dir.mkdir(parents=True, exist_ok=True)
+    log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
+    report = run(paths, out=out, log=log, limit_per_suite=limit_per_suite)
+    if as_json:
+        typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+        return
+    _console().print(llm_subset_table(report))
