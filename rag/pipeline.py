@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
+from rag import trace_schema as ts
 from rag.config import Settings
 from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
@@ -80,116 +81,149 @@ class PipelineOptions:
     max_hops: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
-    """Everything the query path produced; ``to_json()`` is the ``rag ask --json`` contract."""
+    """Everything the query path produced; ``to_json()`` is the ``rag ask --json`` contract.
+
+    Frozen: its sequences are stored as tuples whatever the caller passed (``dataclasses.replace`` makes a
+    changed copy). The dicts (budgets, hops, answer_check, verification, each stage's detail) are JSON records
+    the trace schema (rag/trace_schema.py) checks when ``to_json()`` builds the trace.
+    """
 
     trace_id: str
     question: Question
-    intents: list[Intent]
-    candidates: list[Candidate]
-    dropped: list[Dropped]
-    bundles: list[Bundle]
-    evidence: list[Evidence]
+    intents: Sequence[Intent]
+    candidates: Sequence[Candidate]
+    dropped: Sequence[Dropped]
+    bundles: Sequence[Bundle]
+    evidence: Sequence[Evidence]
     prompt: Prompt | None
     generated: Generated
     answer: str
     abstained: bool
     abstain_reason: str | None
-    citations: list[Citation]
-    stages: list[StageRecord]
+    citations: Sequence[Citation]
+    stages: Sequence[StageRecord]
     reranker: str
     packing: str
     generation_mode: str
     budgets: dict[str, Any] = field(default_factory=dict)
-    hops: list[dict[str, Any]] = field(default_factory=list)
+    hops: Sequence[dict[str, Any]] = ()
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
-    claims: list[ClaimCheck] = field(default_factory=list)  # every claim's verdict (rag/stages/claims.py)
+    claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)
     verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
-    def to_json(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        for name in _RESULT_SEQUENCES:
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    def trace(self) -> ts.Trace:
+        """The typed trace (rag/trace_schema.py); raises pydantic's ValidationError if a stage's record does
+        not match the schema (a bug: the schema, not the stage, says what a trace holds)."""
         cited = {c.chunk_id for c in self.citations if c.valid}
         bundle_of = {e.candidate.chunk_id: e.bundle_id for e in self.evidence}
         timings = {s.name: round(s.ms, 3) for s in self.stages}
         timings["total"] = round(sum(s.ms for s in self.stages), 3)
         q = self.question
-        return {
-            "trace_id": self.trace_id,
-            "created_at": self.created_at,
-            "question": q.text,
-            "user": q.principal.user,
-            "groups": sorted(q.principal.groups),
-            "as_of": (q.as_of or date.today()).isoformat(),
-            "tags": sorted(q.tags),
-            "session_id": q.session_id,
-            "answer": self.answer,
-            "abstained": self.abstained,
-            "abstain_reason": self.abstain_reason,
-            "intents": [{"index": i.index, "text": i.text} for i in self.intents],
-            "citations": [
-                {
-                    "n": c.n,
-                    "chunk_id": c.chunk_id,
-                    "valid": c.valid,
-                    "supported": c.supported,
-                    "sentence": c.sentence,
-                    "support_score": round(float(c.support_score), 4),
-                }
+        prompt = self.prompt
+        return ts.Trace(
+            trace_id=self.trace_id,
+            created_at=self.created_at,
+            question=q.text,
+            user=q.principal.user,
+            groups=sorted(q.principal.groups),
+            as_of=(q.as_of or date.today()).isoformat(),
+            tags=sorted(q.tags),
+            session_id=q.session_id,
+            answer=self.answer,
+            abstained=self.abstained,
+            abstain_reason=self.abstain_reason,
+            intents=[ts.Intent(index=i.index, text=i.text) for i in self.intents],
+            citations=[
+                ts.Citation(
+                    n=c.n,
+                    chunk_id=c.chunk_id,
+                    valid=c.valid,
+                    supported=c.supported,
+                    sentence=c.sentence,
+                    support_score=round(float(c.support_score), 4),
+                )
                 for c in self.citations
             ],
-            "evidence": [
-                {
-                    "n": e.n,
+            evidence=[
+                ts.Evidence(
+                    n=e.n,
                     **candidate_json(e.candidate),
-                    "bundle": bundle_of[e.candidate.chunk_id],
-                    "cited": e.candidate.chunk_id in cited,
-                }
+                    bundle=bundle_of[e.candidate.chunk_id],
+                    cited=e.candidate.chunk_id in cited,
+                )
                 for e in self.evidence
             ],
-            "candidates": [{**candidate_json(c), "intents": list(c.intents)} for c in self.candidates],
-            "dropped": [{"chunk_id": d.chunk_id, "reason": d.reason, "stage": d.stage} for d in self.dropped],
-            "bundles": [
-                {
-                    "bundle_id": b.bundle_id,
-                    "chunk_ids": list(b.chunk_ids),
-                    "reason": b.reason,
-                    "score": _r(b.score),
-                }
+            candidates=[ts.Candidate(**candidate_json(c), intents=list(c.intents)) for c in self.candidates],
+            dropped=[ts.Dropped(chunk_id=d.chunk_id, reason=d.reason, stage=d.stage) for d in self.dropped],
+            bundles=[
+                ts.Bundle(
+                    bundle_id=b.bundle_id, chunk_ids=list(b.chunk_ids), reason=b.reason, score=_r(b.score)
+                )
                 for b in self.bundles
             ],
-            "hops": self.hops,
-            "answer_check": self.answer_check,
-            "claims": [c.to_json() for c in self.claims],
-            "verified": verified(self.claims) and not self.abstained,  # the only state shown as checked
-            "verification": self.verification,
-            "budgets": self.budgets,
-            "prompt": {
-                "system": self.prompt.system if self.prompt else "",
-                "user": self.prompt.user if self.prompt else "",
-                "tokens": self.prompt.n_tokens if self.prompt else 0,
-            },
-            "model": self.generated.model,
-            "reranker": self.reranker,
-            "packing": self.packing,
-            "generation_mode": self.generation_mode,
-            "tokens": {
-                "prompt": self.generated.prompt_tokens,
-                "completion": self.generated.completion_tokens,
-                "evidence": sum(e.candidate.chunk.n_tokens for e in self.evidence),
-                "history": self.budgets.get("history_tokens", 0),
-            },
-            "timings_ms": timings,
-            "stages": [{"name": s.name, "ms": round(s.ms, 3), "detail": s.detail} for s in self.stages],
-            "error": self.generated.error,
-        }
+            hops=[ts.Hop.model_validate(h) for h in self.hops],
+            answer_check=ts.AnswerCheck.model_validate(self.answer_check),
+            claims=[ts.Claim.model_validate(c.to_json()) for c in self.claims],
+            verified=verified(self.claims) and not self.abstained,  # the only state shown as checked
+            verification=self.verification,
+            budgets=ts.Budgets.model_validate(self.budgets),
+            prompt=ts.Prompt(
+                system=prompt.system if prompt else "",
+                user=prompt.user if prompt else "",
+                tokens=prompt.n_tokens if prompt else 0,
+            ),
+            model=self.generated.model,
+            reranker=self.reranker,
+            packing=self.packing,
+            generation_mode=self.generation_mode,
+            tokens=ts.Tokens(
+                prompt=self.generated.prompt_tokens,
+                completion=self.generated.completion_tokens,
+                evidence=sum(e.candidate.chunk.n_tokens for e in self.evidence),
+                history=self.budgets.get("history_tokens", 0),
+            ),
+            timings_ms=timings,
+            stages=[ts.Stage(name=s.name, ms=round(s.ms, 3), detail=s.detail) for s in self.stages],
+            error=self.generated.error,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The trace as JSON-able dicts: the ``rag ask --json`` shape (docs/schema/trace.schema.json)."""
+        return self.trace().to_json()
 
 
+_RESULT_SEQUENCES = (
+    "intents",
+    "candidates",
+    "dropped",
+    "bundles",
+    "evidence",
+    "citations",
+    "stages",
+    "hops",
+    "claims",
+)
+
+
+@overload
+def _r(value: float) -> float: ...
+@overload
+def _r(value: float | None) -> float | None: ...
 def _r(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
 def candidate_json(c: Candidate) -> dict[str, Any]:
+    """The passage fields of a trace's evidence and candidate records (``trace_schema.Passage``)."""
     ch = c.chunk
     return {
         "chunk_id": ch.chunk_id,

@@ -33,12 +33,32 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, and_, delete, func, insert, or_, select, text, update
+from pydantic import BaseModel
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Integer,
+    String,
+    Table,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import aliased
 
+from rag import trace_schema as ts
 from rag.errors import AccessError, RagError, StorageError
 from rag.tracestore import models as m
 from rag.tracestore.db import (
@@ -98,10 +118,12 @@ FeedbackFilter = Literal["up", "down", "none", "any"]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Field maps: dict key -> column, and what the column can hold
+# Field maps: dict key -> column, and what the column can hold. The keys come from the trace schema
+# (rag/trace_schema.py), the kinds from the columns (rag/tracestore/models.py): neither is restated here.
 
 
 Kind = Literal["str", "id", "int", "float", "bool", "json"]
+ID_CHARS = 64  # the width of every id column (String(64)): an id is 1-64 characters
 
 
 @dataclass(frozen=True)
@@ -111,18 +133,47 @@ class _Field:
     kind: Kind
 
 
-def _fields(spec: str) -> tuple[_Field, ...]:
-    """``"key:kind key>column:kind ..."``: the dict key, its column (when named differently) and kind."""
+def _kind(column: Column[Any]) -> Kind:
+    """What a column holds, from its SQL type."""
+    sql_type = column.type
+    if isinstance(sql_type, JSON):
+        return "json"
+    if isinstance(sql_type, Boolean):
+        return "bool"
+    if isinstance(sql_type, Integer):
+        return "int"
+    if isinstance(sql_type, Float):
+        return "float"
+    if isinstance(sql_type, String):
+        return "id" if sql_type.length == ID_CHARS else "str"
+    raise TypeError(f"No field kind for column {column} of type {sql_type!r}")
+
+
+def _table(model: type[m.Base]) -> Table:
+    return m.Base.metadata.tables[model.__tablename__]
+
+
+def _fields(
+    record: type[BaseModel],
+    model: type[m.Base],
+    *,
+    columns: Mapping[str, str] | None = None,
+    skip: Iterable[str] = (),
+) -> tuple[_Field, ...]:
+    """The keys of the schema ``record`` that ``model``'s table has a column for, in schema order; ``columns``
+    renames a key's column, ``skip`` names keys encoded on their own. A key without a column is not a field:
+    the encoder keeps it verbatim (a top-level key in ``answers.extra``, a record's key in
+    ``answers.residual``), so nothing is lost."""
+    table = _table(model)
     out = []
-    for item in spec.split():
-        names, kind = item.split(":")
-        key, _, column = names.partition(">")
-        out.append(_Field(key, column or key, kind))  # type: ignore[arg-type]
+    skipped = set(skip)
+    for key in ts.keys(record):
+        column = (columns or {}).get(key, key)
+        if key in skipped:
+            continue
+        if column in table.c:
+            out.append(_Field(key, column, _kind(table.c[column])))
     return tuple(out)
-
-
-def _keys(names: str) -> tuple[str, ...]:
-    return tuple(names.split())
 
 
 def _fits(kind: Kind, value: Any) -> bool:
@@ -132,7 +183,7 @@ def _fits(kind: Kind, value: Any) -> bool:
     if kind == "str":
         return isinstance(value, str) and "\x00" not in value  # PostgreSQL text cannot hold NUL
     if kind == "id":
-        return isinstance(value, str) and 0 < len(value) <= 64 and "\x00" not in value
+        return isinstance(value, str) and 0 < len(value) <= ID_CHARS and "\x00" not in value
     if isinstance(value, bool):
         return kind == "bool"
     if kind == "int":
@@ -144,30 +195,20 @@ def _fits(kind: Kind, value: Any) -> bool:
     return False
 
 
-ANSWER_FIELDS = _fields(
-    "question:str user:str groups:json as_of:str tags:json session_id:id answer:str abstained:bool"
-    " abstain_reason:str hops:json budgets:json model:str reranker:str packing:str generation_mode:str error:str"
-)
-TOKEN_FIELDS = _fields(
-    "prompt>prompt_tokens:int completion>completion_tokens:int evidence>evidence_tokens:int"
-    " history>history_tokens:int"
-)
-# Stored once per chunk id, in chunk_snapshots.
-CHUNK_FIELDS = _fields(
-    "doc_id:str source:str title:str page:int page_end:int section:str text:str doc_version:str"
-)
-SCORE_FIELDS = _fields(
-    "rerank_rank:int rerank_score:float bm25_rank:int bm25_score:float dense_rank:int dense_score:float"
-    " fused_score:float fused_rank:int hop:int added_by:str"
-)
-EVIDENCE_FIELDS = _fields("n:int chunk_id:id") + SCORE_FIELDS + _fields("bundle:int cited:bool")
-CANDIDATE_FIELDS = _fields("chunk_id:id") + SCORE_FIELDS + _fields("intents:json")
-INTENT_FIELDS = _fields("index>intent_index:int text:str")
-CITATION_FIELDS = _fields("n:int chunk_id:id valid:bool supported:bool sentence:str support_score:float")
-DROPPED_FIELDS = _fields("chunk_id:id reason:str stage:str")
-BUNDLE_FIELDS = _fields("bundle_id:int reason:str score:float")  # + chunk_ids, in bundle_members
-PROMPT_FIELDS = _fields("system:str user:str tokens:int")
-STAGE_FIELDS = _fields("name:str ms:float detail:json")
+# trace_id (the primary key) and created_at (a timestamp column) are encoded on their own.
+ANSWER_FIELDS = _fields(ts.Trace, m.Answer, skip=("trace_id", "created_at"))
+TOKEN_FIELDS = _fields(ts.Tokens, m.Answer, columns={k: f"{k}_tokens" for k in ts.keys(ts.Tokens)})
+# Stored once per chunk id, in chunk_snapshots; the chunk id itself is a column of each list's rows.
+CHUNK_FIELDS = _fields(ts.Passage, m.ChunkSnapshot, skip=("chunk_id",))
+_CHUNK_KEYS = frozenset(f.key for f in CHUNK_FIELDS)
+EVIDENCE_FIELDS = _fields(ts.Evidence, m.TraceEvidence, skip=_CHUNK_KEYS)
+CANDIDATE_FIELDS = _fields(ts.Candidate, m.TraceCandidate, skip=_CHUNK_KEYS)
+INTENT_FIELDS = _fields(ts.Intent, m.TraceIntent, columns={"index": "intent_index"})
+CITATION_FIELDS = _fields(ts.Citation, m.Citation)
+DROPPED_FIELDS = _fields(ts.Dropped, m.TraceDropped)
+BUNDLE_FIELDS = _fields(ts.Bundle, m.TraceBundle)  # + chunk_ids, in bundle_members
+PROMPT_FIELDS = _fields(ts.Prompt, m.Prompt)
+STAGE_FIELDS = _fields(ts.Stage, m.Stage)
 
 # Top-level lists of records stored one row per item: key -> (model, fields)
 _RECORD_LISTS: dict[str, tuple[type[m.Base], tuple[_Field, ...]]] = {
@@ -181,16 +222,29 @@ _CHUNK_LISTS: dict[str, tuple[type[m.Base], tuple[_Field, ...]]] = {
     "candidates": (m.TraceCandidate, CANDIDATE_FIELDS),
 }
 # Key order of a trace as the query path writes it; get_trace returns keys in this order, then extras.
-TRACE_KEYS = _keys(
-    """trace_id created_at question user groups as_of tags session_id answer abstained abstain_reason intents
-    citations evidence candidates dropped bundles hops budgets prompt model reranker packing generation_mode
-    tokens timings_ms stages error"""
+TRACE_KEYS = ts.keys(ts.Trace)
+# The keys stored in columns and child tables; every other key of a trace (answer_check, claims, verified,
+# verification, and keys unknown to the schema) is kept verbatim in answers.extra.
+STORED_KEYS = (
+    "trace_id",
+    "created_at",
+    *(f.key for f in ANSWER_FIELDS),
+    *_RECORD_LISTS,
+    *_CHUNK_LISTS,
+    "bundles",
+    "prompt",
+    "tokens",
+    "timings_ms",
 )
-EVIDENCE_ORDER = _keys(
-    """n chunk_id doc_id source title page page_end section text doc_version bundle rerank_rank rerank_score
-    bm25_rank bm25_score dense_rank dense_score fused_score fused_rank hop added_by cited"""
+if unknown := set(STORED_KEYS) - set(TRACE_KEYS):  # a key renamed or removed in the schema: a broken contract
+    raise TypeError(f"The trace store stores keys the trace schema lacks: {sorted(unknown)}")
+EVIDENCE_ORDER = tuple(
+    k for k in ts.keys(ts.Evidence) if k in _CHUNK_KEYS or k in {f.key for f in EVIDENCE_FIELDS}
 )
-CANDIDATE_ORDER = tuple(k for k in EVIDENCE_ORDER if k not in ("n", "bundle", "cited")) + ("intents",)
+BUNDLE_ORDER = tuple(k for k in ts.keys(ts.Bundle) if k == "chunk_ids" or k in {f.key for f in BUNDLE_FIELDS})
+CANDIDATE_ORDER = tuple(
+    k for k in ts.keys(ts.Candidate) if k in _CHUNK_KEYS or k in {f.key for f in CANDIDATE_FIELDS}
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -276,10 +330,6 @@ def _parse_created_at(value: Any) -> tuple[datetime, bool]:
     return datetime.now(UTC), False
 
 
-def _table(model: type[m.Base]) -> Table:
-    return m.Base.metadata.tables[model.__tablename__]
-
-
 @dataclass
 class _EncodedTrace:
     """A trace as rows, ready to insert; ``residual_against`` completes it once the snapshots are known."""
@@ -341,8 +391,8 @@ class _Encoder:
             c.get("valid") is False or c.get("supported") is False for c in citations
         )
         # trace_id and created_at are filled in when absent, so they are never noted as absent.
-        self.residual.note("", absent=[k for k in TRACE_KEYS[2:] if k not in self.trace])
-        self.extra.update({k: v for k, v in self.trace.items() if k not in TRACE_KEYS})
+        self.residual.note("", absent=[k for k in STORED_KEYS[2:] if k not in self.trace])
+        self.extra.update({k: v for k, v in self.trace.items() if k not in STORED_KEYS})
         self.answer["extra"] = self.extra or None
         return _EncodedTrace(
             self.trace_id, self.answer, self.children, self.snapshots, self.chunk_items, self.residual
@@ -496,10 +546,11 @@ def _decode_trace(answer: Mapping[Any, Any], parts: Mapping[str, list[Mapping[An
         residual.apply(
             f"bundles/{r['position']}",
             {
-                "bundle_id": r["bundle_id"],
-                "chunk_ids": members.get(r["position"], []),
-                "reason": r["reason"],
-                "score": r["score"],
+                key: item[key]
+                for item in [
+                    {**_decode_record(r, BUNDLE_FIELDS), "chunk_ids": members.get(r["position"], [])}
+                ]
+                for key in BUNDLE_ORDER
             },
         )
         for r in parts["bundles"]
@@ -509,8 +560,10 @@ def _decode_trace(answer: Mapping[Any, Any], parts: Mapping[str, list[Mapping[An
     values["tokens"] = residual.apply("tokens", _decode_record(answer, TOKEN_FIELDS))
     values["timings_ms"] = {r["stage"]: r["ms"] for r in parts["timings"]}
 
-    trace = {key: values[key] for key in TRACE_KEYS}
-    trace.update(answer["extra"] or {})  # unknown keys, and known ones stored verbatim
+    # Extras are keys without a column, unknown keys, and known ones stored verbatim (their value did not fit).
+    merged = {**values, **(answer["extra"] or {})}
+    trace = {key: merged.pop(key) for key in TRACE_KEYS if key in merged}
+    trace.update(merged)
     return residual.apply("", trace)
 
 
