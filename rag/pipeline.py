@@ -87,7 +87,8 @@ class Result:
 
     Frozen: its sequences are stored as tuples whatever the caller passed (``dataclasses.replace`` makes a
     changed copy). The dicts (budgets, hops, answer_check, verification, each stage's detail) are JSON records
-    the trace schema (rag/trace_schema.py) checks when ``to_json()`` builds the trace.
+    the trace schema (rag/trace_schema.py) checks when ``trace()`` builds the trace; the schema is the one
+    place the trace's shape is written.
     """
 
     trace_id: str
@@ -107,7 +108,9 @@ class Result:
     reranker: str
     packing: str
     generation_mode: str
-    budgets: dict[str, Any] = field(default_factory=dict)
+    budgets: dict[
+        str, Any
+    ]  # the trace schema's Budgets: what k and the token budgets were, and what was used
     hops: Sequence[dict[str, Any]] = ()
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
     claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)

@@ -139,14 +139,15 @@ class HopLink(_Record):
 
 
 class Hop(_Record):
-    """One round of follow-up retrieval. ``skipped``, ``stopped`` and ``linked`` are present when they apply."""
+    """One round of follow-up retrieval. ``skipped``, ``linked`` and ``stopped`` are present when they apply (in
+    this order, as the query path writes them)."""
 
     hop: int
     from_: list[str] = Field(alias="from", description="the passages whose bridge terms were followed")
     queries: list[HopQuery]
     skipped: list[str] = Field(default=[], description="bridge terms no readable passage is about")
-    stopped: str = Field(default="", description="why following stopped after this hop")
     linked: list[HopLink] = Field(default=[])
+    stopped: str = Field(default="", description="why following stopped after this hop")
 
 
 class IntentCheck(_Record):
@@ -217,7 +218,7 @@ class Stage(_Record):
 class Trace(_Record):
     """Everything one question produced: the ``rag ask --json`` contract."""
 
-    model_config = ConfigDict(title="Trace", json_schema_extra={"$schema": JSON_SCHEMA_DIALECT})
+    model_config = ConfigDict(title="Trace")
 
     trace_id: str
     created_at: str = Field(description="ISO 8601 timestamp, UTC")
@@ -257,9 +258,11 @@ class Trace(_Record):
     stages: list[Stage]
     error: str | None = Field(description="the language model's failure, when the answer fell back")
 
-    def to_json(self) -> dict[str, Any]:
-        """The trace as JSON-able dicts; keys the trace did not carry (an older trace) stay out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    def to_json(self, *, defaults: bool = False) -> dict[str, Any]:
+        """The trace as JSON-able dicts, keys in schema order. Keys the trace did not carry (an older trace)
+        stay out, so it prints back as it was stored; ``defaults=True`` fills them in with their defaults (a
+        reader that wants every key, such as the UI)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=not defaults)
 
 
 def keys(record: type[BaseModel]) -> tuple[str, ...]:
@@ -293,7 +296,7 @@ def describe(exc: ValidationError, limit: int = 5) -> str:
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of :class:`Trace` (draft 2020-12), as committed in docs/schema/trace.schema.json."""
-    return Trace.model_json_schema(by_alias=True)
+    return {"$schema": JSON_SCHEMA_DIALECT, **Trace.model_json_schema(by_alias=True)}
 
 
 def schema_text() -> str:
