@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rag import trace_schema as ts
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 from rag.tracestore import db
@@ -215,14 +216,19 @@ def _feedback_filter(value: str | None) -> Any:
 @traces_app.command("show")
 def traces_show(
     trace_id: Annotated[str, typer.Argument(help="The trace id (see `rag traces list`).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the stored trace as JSON, exactly.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the stored trace as JSON (the shape of docs/schema/trace.schema.json)."
+        ),
+    ] = False,
     data_dir: DataDirOption = None,
 ) -> None:
     """One answer's trace: question, answer, final order, citations, drops, timings."""
     with _user_errors(), _store(data_dir) as store:
-        trace = store.get_trace(trace_id)
+        trace = store.read_trace(trace_id)  # checked against the trace schema (rag/trace_schema.py)
     if as_json:
-        typer.echo(json.dumps(trace, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(trace.to_json(), ensure_ascii=False, indent=2))
         return
     _print_trace(Console(), trace)
 
@@ -293,10 +299,6 @@ def traces_import(
     typer.echo(f"Imported {imported} trace(s); {skipped} already stored.", err=True)
 
 
-def _list(value: Any) -> list[dict[str, Any]]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return ""
@@ -305,90 +307,76 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return escape(str(value))
 
 
-def _print_trace(console: Console, trace: dict[str, Any]) -> None:
+def _print_trace(console: Console, trace: ts.Trace) -> None:
+    console.print(f"[bold]Trace[/bold] {escape(trace.trace_id)}  {escape(trace.created_at)}")
+    who = f"{trace.user} ({', '.join(trace.groups)})"
+    console.print(f"[bold]User[/bold] {escape(who)}   [bold]as of[/bold] {escape(trace.as_of)}")
     console.print(
-        f"[bold]Trace[/bold] {escape(str(trace.get('trace_id')))}  {escape(str(trace.get('created_at')))}"
+        escape(
+            f"model={trace.model} · reranker={trace.reranker} · packing={trace.packing}"
+            f" · generation_mode={trace.generation_mode}"
+        )
     )
-    who = f"{trace.get('user')} ({', '.join(map(str, trace.get('groups') or []))})"
-    console.print(f"[bold]User[/bold] {escape(who)}   [bold]as of[/bold] {escape(str(trace.get('as_of')))}")
-    setup = " · ".join(
-        f"{k}={trace.get(k)}"
-        for k in ("model", "reranker", "packing", "generation_mode")
-        if trace.get(k) is not None
-    )
-    if setup:
-        console.print(escape(setup))
     console.print()
     console.print("[bold]Question[/bold]")
-    console.print(escape(str(trace.get("question") or "")))
+    console.print(escape(trace.question))
     console.print()
-    if trace.get("abstained"):
-        console.print(
-            f"[bold yellow]Abstained[/bold yellow]: {escape(str(trace.get('abstain_reason') or ''))}"
-        )
-    if trace.get("error"):
-        console.print(f"[bold red]Error[/bold red]: {escape(str(trace['error']))}")
+    if trace.abstained:
+        console.print(f"[bold yellow]Abstained[/bold yellow]: {escape(trace.abstain_reason or '')}")
+    if trace.error:
+        console.print(f"[bold red]Error[/bold red]: {escape(trace.error)}")
     console.print("[bold]Answer[/bold]")
-    console.print(escape(str(trace.get("answer") or "")) or "[dim](empty)[/dim]")
+    console.print(escape(trace.answer) or "[dim](empty)[/dim]")
     console.print()
 
-    evidence = _list(trace.get("evidence"))
     table = Table(title="Final order (evidence)", title_justify="left")
     for name in ("n", "chunk", "title / section", "page", "rerank", "bundle", "cited"):
         table.add_column(name, justify="right" if name in ("n", "page", "rerank", "bundle") else "left")
-    for item in evidence:
-        place = str(item.get("section") or item.get("title") or "")
+    for e in trace.evidence:
         table.add_row(
-            _fmt(item.get("n")),
-            _fmt(str(item.get("chunk_id") or "")[:12]),
-            escape(place),
-            _fmt(item.get("page")),
-            _fmt(item.get("rerank_score")),
-            _fmt(item.get("bundle")),
-            "yes" if item.get("cited") else "",
+            _fmt(e.n),
+            _fmt(e.chunk_id[:12]),
+            escape(e.section or e.title),
+            _fmt(e.page),
+            _fmt(e.rerank_score),
+            _fmt(e.bundle),
+            "yes" if e.cited else "",
         )
     console.print(table)
 
-    citations = _list(trace.get("citations"))
-    if citations:
+    if trace.citations:
         table = Table(title="Citations", title_justify="left")
         for name in ("n", "valid", "supported", "score", "sentence"):
             table.add_column(name, ratio=1 if name == "sentence" else None)
-        for c in citations:
+        for c in trace.citations:
             table.add_row(
-                _fmt(c.get("n")),
-                "yes" if c.get("valid") else "[red]no[/red]",
-                "yes" if c.get("supported") else "[red]no[/red]",
-                _fmt(c.get("support_score"), 2),
-                _fmt(c.get("sentence")),
+                _fmt(c.n),
+                "yes" if c.valid else "[red]no[/red]",
+                "yes" if c.supported else "[red]no[/red]",
+                _fmt(c.support_score, 2),
+                _fmt(c.sentence),
             )
         console.print(table)
 
-    dropped = _list(trace.get("dropped"))
-    if dropped:
+    if trace.dropped:
         table = Table(title="Dropped", title_justify="left")
         for name in ("chunk", "stage", "reason"):
             table.add_column(name)
-        for d in dropped:
-            table.add_row(
-                _fmt(str(d.get("chunk_id") or "")[:12]), _fmt(d.get("stage")), _fmt(d.get("reason"))
-            )
+        for d in trace.dropped:
+            table.add_row(_fmt(d.chunk_id[:12]), _fmt(d.stage), _fmt(d.reason))
         console.print(table)
 
-    timings = trace.get("timings_ms")
-    if isinstance(timings, dict) and timings:
+    if trace.timings_ms:
         table = Table(title="Timings (ms)", title_justify="left")
         table.add_column("stage")
         table.add_column("ms", justify="right")
-        for stage, ms in timings.items():
+        for stage, ms in trace.timings_ms.items():
             table.add_row(escape(stage), _fmt(ms, 1))
         console.print(table)
-    tokens = trace.get("tokens")
-    if isinstance(tokens, dict):
-        console.print("Tokens: " + escape(", ".join(f"{k}={v}" for k, v in tokens.items())))
-    candidates = _list(trace.get("candidates"))
+    console.print("Tokens: " + escape(", ".join(f"{k}={v}" for k, v in trace.tokens.model_dump().items())))
     console.print(
-        f"{len(candidates)} candidates, {len(evidence)} in the final order. `--json` shows everything."
+        f"{len(trace.candidates)} candidates, {len(trace.evidence)} in the final order. "
+        "`--json` shows everything."
     )
 
 

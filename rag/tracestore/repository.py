@@ -14,6 +14,10 @@ tuples come back as lists, ints stored in float columns as floats). Nothing is l
 ``trace_id`` (a uuid4 hex) and ``created_at`` (now, UTC) are filled in when the dict lacks them, and then
 come back too. ``get_trace`` raises :class:`TraceNotFound` for an unknown id rather than returning None.
 
+Which keys go to which columns is derived from the trace schema (rag/trace_schema.py) and the table models
+(rag/tracestore/models.py), never restated here. ``read_trace`` is ``get_trace`` checked against that schema:
+the typed :class:`rag.trace_schema.Trace`, or :class:`rag.trace_schema.TraceSchemaError`.
+
 Database errors surface as :class:`rag.errors.StorageError` (subclasses below). The store never migrates:
 when the tables are missing it raises :class:`DatabaseNotInitialised` ("run `rag db upgrade`").
 """
@@ -542,19 +546,11 @@ def _decode_trace(answer: Mapping[Any, Any], parts: Mapping[str, list[Mapping[An
     members: dict[int, list[str]] = {}
     for r in parts["bundle_members"]:
         members.setdefault(r["bundle_position"], []).append(r["chunk_id"])
-    values["bundles"] = [
-        residual.apply(
-            f"bundles/{r['position']}",
-            {
-                key: item[key]
-                for item in [
-                    {**_decode_record(r, BUNDLE_FIELDS), "chunk_ids": members.get(r["position"], [])}
-                ]
-                for key in BUNDLE_ORDER
-            },
-        )
-        for r in parts["bundles"]
-    ]
+    values["bundles"] = []
+    for r in parts["bundles"]:
+        bundle = {**_decode_record(r, BUNDLE_FIELDS), "chunk_ids": members.get(r["position"], [])}
+        ordered = {key: bundle[key] for key in BUNDLE_ORDER}
+        values["bundles"].append(residual.apply(f"bundles/{r['position']}", ordered))
     prompt = parts["prompts"]
     values["prompt"] = residual.apply("prompt", _decode_record(prompt[0], PROMPT_FIELDS)) if prompt else None
     values["tokens"] = residual.apply("tokens", _decode_record(answer, TOKEN_FIELDS))
@@ -790,13 +786,21 @@ class TraceStore:
         return out
 
     def get_trace(self, trace_id: str) -> Trace:
-        """The trace as written. Raises TraceNotFound for an unknown id."""
+        """The trace as written, whatever its shape (export, import and copies use it; readers that show a
+        trace use :meth:`read_trace`). Raises TraceNotFound for an unknown id."""
         traces = self._read("read the trace", lambda conn: self._load(conn, [trace_id]))
         if trace_id not in traces:
             raise TraceNotFound(
                 f"No trace with id {trace_id!r}.", hint="`rag traces list` shows the stored ones."
             )
         return traces[trace_id]
+
+    def read_trace(self, trace_id: str) -> ts.Trace:
+        """The trace checked against the trace schema (rag/trace_schema.py): what `rag traces show` and the
+        UI's trace explorer read. Keys added to the schema after the trace was stored get their defaults; a
+        trace that does not match (an unknown key, a value of the wrong type) raises
+        :class:`rag.trace_schema.TraceSchemaError` saying where. Raises TraceNotFound for an unknown id."""
+        return ts.parse_trace(self.get_trace(trace_id))
 
     def _load(self, conn: Connection, trace_ids: Sequence[str]) -> dict[str, Trace]:
         """Full traces for ``trace_ids``: one query per table, not one per trace."""

@@ -16,6 +16,7 @@ import streamlit as st
 
 from rag.pipeline import PipelineOptions, Question
 from rag.stages.packing import STRATEGIES
+from rag.trace_schema import TraceSchemaError
 from rag.types import DocumentMeta, Principal
 from ui import components, services
 from ui.feedback import feedback_label, feedback_widget
@@ -248,7 +249,12 @@ def render() -> None:
         key="trace_open",
     )
     st.session_state[OPENED] = chosen
-    trace = store.get_trace(chosen)
+    try:
+        # through the trace schema: keys newer than the trace get their defaults, a mismatch is a message
+        trace = store.read_trace(chosen).to_json(defaults=True)
+    except TraceSchemaError as exc:
+        st.error(exc.user_message())
+        return
     if not may_view(trace, principal):
         st.error("You may only open your own answers.")
         return
