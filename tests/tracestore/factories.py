@@ -1,4 +1,5 @@
-"""Realistic trace dicts (the `rag ask --json` shape) and helpers that run in child processes."""
+"""Realistic trace dicts (the `rag ask --json` shape: docs/schema/trace.schema.json, which
+tests/test_trace_schema.py checks they match) and helpers that run in child processes."""
 
 from __future__ import annotations
 
@@ -144,16 +145,69 @@ def make_trace(
         "hops": [
             {
                 "hop": 1,
-                "query": "airport taxi cap",
-                "added": [candidates[10]["chunk_id"]],
-                "scores": [0.5, 0.25],
+                "from": [candidates[0]["chunk_id"]],
+                "queries": [
+                    {
+                        "term": "airport",
+                        "query": "airport taxi cap",
+                        "from": candidates[0]["chunk_id"],
+                        "found": [c["chunk_id"] for c in candidates[-2:]],
+                        "best_score": 0.5,
+                    }
+                ],
+                "linked": [
+                    {
+                        "chunk_id": candidates[-1]["chunk_id"],
+                        "from": candidates[0]["chunk_id"],
+                        "term": "airport",
+                        "score": 0.5,
+                        "moved": False,
+                    }
+                ],
+                "stopped": "nothing new: no follow-up passage beat the evidence it would displace",
             }
         ],
+        "answer_check": {
+            "complete": not abstained,
+            "intents": [
+                {
+                    "index": 0,
+                    "text": question,
+                    "addressed": not abstained,
+                    "coverage": 0.0 if abstained else 0.75,
+                    "sentence": ""
+                    if abstained
+                    else "Taxis to the airport are reimbursed up to 22 EUR [1][3].",
+                }
+            ],
+        },
+        "claims": []
+        if abstained
+        else [
+            {
+                "index": 0,
+                "text": "Taxis to the airport are reimbursed up to 22 EUR.",
+                "sentence": "Taxis to the airport are reimbursed up to 22 EUR [1][3].",
+                "cited": [1, 3],
+                "verdict": "unsupported" if failed_citation else "supported",
+                "n": 1,
+                "chunk_id": evidence[0]["chunk_id"],
+                "evidence_sentence": "taxis are reimbursed up to 20 EUR.",
+                "score": 0.12 if failed_citation else 0.91,
+                "reason": "",
+                "conflicts": [],
+                "attributed": True,
+            }
+        ],
+        "verified": not (abstained or failed_citation),
+        "verification": {"checked": 0 if abstained else 1, "repaired": False},
         "budgets": {
-            "evidence_tokens": 1800,
-            "used": 912,
+            "evidence_k": 6,
+            "evidence_token_budget": 1800,
+            "evidence_tokens": 912,
+            "history_token_budget": 600,
             "history_tokens": 400,
-            "per_intent": {"0": 3, "1": 2},
+            "facts": 0,
         },
         "prompt": {
             "system": "You answer from the evidence only.",
