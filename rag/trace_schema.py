@@ -2,9 +2,10 @@
 --json`` prints back and the UI's trace explorer reads.
 
 ``Result.to_json()`` (rag/pipeline.py) builds a :class:`Trace` and dumps it; the trace store derives which keys
-it stores in which columns from these models (rag/tracestore/repository.py); readers of stored traces go
-through :func:`parse_trace`, so a trace that does not match is a :class:`TraceSchemaError`, not a KeyError
-three calls later. ``docs/schema/trace.schema.json`` is generated from :class:`Trace`:
+it stores in which columns from these models (rag/tracestore/repository.py); readers of stored traces
+(``TraceStore.read_trace``: ``rag traces show``, the UI's trace explorer) go through :func:`parse_trace`, so a
+trace that does not match is a :class:`TraceSchemaError` naming where, not a KeyError three calls later.
+``docs/schema/trace.schema.json`` is generated from :class:`Trace`:
 
     python -m rag.trace_schema --write   # regenerate it after changing a model
     python -m rag.trace_schema --check   # exit 1 when the committed file is stale (scripts/lint.sh runs it)
@@ -12,7 +13,7 @@ three calls later. ``docs/schema/trace.schema.json`` is generated from :class:`T
 Models are strict (JSON types only: an int is not a string, a list is not a tuple) and forbid unknown keys.
 The shape is a contract: extend it, never rename or remove a key. A key added later gets a default, so traces
 stored before it still load; :meth:`Trace.to_json` leaves out keys a trace did not carry (``exclude_unset``),
-so an old trace prints back as it was stored.
+so an old trace prints back as it was stored (``defaults=True`` fills them in).
 """
 
 from __future__ import annotations
