@@ -416,3 +416,22 @@ def test_evaluation_page_runs_saves_and_loads_a_sweep(
     assert_clean(at)
     assert nodes(at, "image")
     assert len(frame(at, "accuracy")) == len(cells)
+
+
+def test_a_reopened_conversation_brings_each_answers_trace(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    at = open_app(monkeypatch, ui_data_dir, "sam")
+    ask(at, REFUND_Q)
+    assert_clean(at)
+    session = at.session_state["chat_session_id"]
+    at.button(key="chat_new").click().run()
+    assert not at.chat_message
+    options = at.selectbox(key="chat_reopen").options
+    assert len(options) >= 2
+    at.selectbox(key="chat_reopen").select(session).run()
+    assert_clean(at)
+    reopened = [m for m in at.session_state["chat_messages"] if m["role"] == "assistant"]
+    assert reopened and reopened[-1]["trace"]["question"] == REFUND_Q
+    assert reopened[-1]["trace"]["user"] == "sam" and "45 days" in reopened[-1]["content"]
+    assert at.session_state["chat_session_id"] == session

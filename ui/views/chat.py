@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from rag.errors import StorageError
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
@@ -337,11 +338,12 @@ def _load_session(store: Any, principal: Principal, session_id: str) -> None:
             message["notice"] = True  # a memory acknowledgement, not part of the conversation's history
         if turn.get("trace_id"):
             try:
-                trace = store.get_trace(turn["trace_id"])
-                if trace.get("user") == principal.user:
-                    message["trace"] = trace
-            except Exception:
-                pass
+                # through the trace schema, as the trace explorer reads it (older traces get the new keys' defaults)
+                trace = store.read_trace(turn["trace_id"]).to_json(defaults=True)
+            except StorageError:  # gone, unreadable or not a trace: the answer's text still shows, without it
+                trace = None
+            if trace is not None and trace.get("user") == principal.user:
+                message["trace"] = trace
         messages.append(message)
     st.session_state[SESSION] = session_id
     st.session_state[MESSAGES] = messages
