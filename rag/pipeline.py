@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, overload
 
@@ -19,24 +19,53 @@ from rag.config import Settings
 from rag.embedder import Embedder, load_embedder
 from rag.errors import GenerationError
 from rag.index import IndexReader
+from rag.protocols import LLM, Reranker, TraceSink
 from rag.qdrant_server import open_index_reader
 from rag.sentences import sentence_units
-from rag.stages.abstention import abstention_text, decide_abstention, missing_answer_type, missing_focus
+from rag.stages.abstention import (
+    Abstention,
+    abstain,
+    abstention_text,
+    check_answer_types,
+    covered_intents,
+    decide_abstention,
+    final_answer,
+)
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
-from rag.stages.citations import check_citations, claim_key, lexical_support, repair_citations
-from rag.stages.claims import ClaimCheck, add_missing_markers, check_claims, failed, summary, verified
+from rag.stages.citations import (
+    check_citations,
+    claim_key,
+    is_model_answer,
+    lexical_support,
+    repair_citations,
+)
+from rag.stages.claims import (
+    ClaimCheck,
+    add_missing_markers,
+    check_claims,
+    failed,
+    fallback_notice,
+    summary,
+    verified,
+)
 from rag.stages.dedup import remove_near_duplicates
-from rag.stages.extractive import check_addresses, extractive_answer
+from rag.stages.extractive import address_report, check_addresses, extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
+    HOP_NOTHING_NEW,
     AboutIndex,
     Chain,
-    comparison_chains,
-    evidence_chains,
+    bundle_chains,
+    chain_links,
     follow_ups,
+    followable,
+    hop_frontier,
+    hop_limit,
     link_chains,
+    no_follow_up,
 )
+from rag.stages.intent_rerank import is_compound, rerank_per_intent
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
@@ -79,6 +108,31 @@ class PipelineOptions:
     token_budget: int | None = None
     use_llm: bool | None = None
     max_hops: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one request runs with: its options, else the settings."""
+
+    packing: str
+    evidence_k: int
+    token_budget: int
+    use_llm: bool  # an LLM client is at hand and the options do not turn it off
+    max_hops: int
+    generation_mode: str  # the settings' mode with an LLM, else "extractive"
+
+
+def plan_request(settings: Settings, options: PipelineOptions, *, llm_available: bool) -> Plan:
+    """Resolve a request's options against the settings; ``llm_available``: the request has an LLM client."""
+    use_llm = llm_available if options.use_llm is None else (options.use_llm and llm_available)
+    return Plan(
+        packing=options.packing or settings.packing,
+        evidence_k=options.evidence_k or settings.evidence_k,
+        token_budget=options.token_budget or settings.evidence_token_budget,
+        use_llm=use_llm,
+        max_hops=settings.max_hops if options.max_hops is None else options.max_hops,
+        generation_mode=settings.generation_mode if use_llm else "extractive",
+    )
 
 
 @dataclass(frozen=True)
@@ -251,7 +305,6 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
     }
 
 
-INTENT_TOP = 3  # a candidate counts for an intent when it ranks among that intent's best three
 # The weight of a sentence's passage in choosing the quote that answers (dev + sample accuracy 44/70 at 0,
 # 45/70 at 0.3, 46/70 at 0.5; docs/evaluation.md). The abstention checks score sentences alone.
 QUOTE_CONTEXT = 0.5
@@ -282,9 +335,9 @@ class Pipeline:
         *,
         reader: IndexReader | None = None,
         embedder: Embedder | None = None,
-        reranker: Any | None = None,
-        llm: Any | None = None,
-        trace_store: Any | None = None,
+        reranker: Reranker | None = None,
+        llm: LLM | None = None,
+        trace_store: TraceSink | None = None,
     ) -> None:
         from rag.rerank import load_reranker
 
@@ -294,7 +347,7 @@ class Pipeline:
         self._query_vectors: dict[str, np.ndarray] = {}
         self._about: tuple[str, AboutIndex] | None = None  # (generation, which passages a term could lead to)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
-        self.reranker = reranker or load_reranker(
+        self.reranker: Reranker = reranker or load_reranker(
             settings,
             embedder=self.embedder,
             sentence_vectors=getattr(self.reader, "sentence_vectors", None),
@@ -305,8 +358,8 @@ class Pipeline:
             from rag.llm import LLMClient
 
             llm = LLMClient.from_settings(settings)
-        self.llm = llm
-        self.trace_store = trace_store
+        self.llm: LLM | None = llm
+        self.trace_store: TraceSink | None = trace_store
 
     # ------------------------------------------------------------------ helpers injected into pure stages
     def _search(
@@ -369,8 +422,7 @@ class Pipeline:
         s = self.settings
         chains: list[Chain] = []
         records: list[dict[str, Any]] = []
-        threshold = self.abstain_threshold
-        frontier = [c for c in ranked[: s.hop_passages] if score_of(c) >= threshold]
+        frontier = hop_frontier(ranked, passages=s.hop_passages, threshold=self.abstain_threshold)
         seen_terms: set[str] = set()
         for hop in range(1, max_hops + 1):
             with rec.stage(f"hop_{hop}") as d:
@@ -380,23 +432,16 @@ class Pipeline:
                     question, frontier, terms_per_passage=s.hop_terms, seen_terms=frozenset(seen_terms)
                 )
                 seen_terms.update(f.term for f in fus)
-                # A follow-up can only link a passage about its term: a term no readable passage is about
-                # (a lone common word that titles nothing, an id no heading or opening carries) is not retrieved.
-                about = self._about_index()
-                followable = [
-                    f for f in fus if about.any_about(f.term, exclude=f.parent_id, allows=filt.allows)
-                ]
-                if skipped := [f.term for f in fus if f not in followable]:
+                # A follow-up can only link a passage about its term: one no readable passage is about is
+                # not retrieved.
+                worth = followable(fus, self._about_index(), allows=filt.allows)
+                if skipped := [f.term for f in fus if f not in worth]:
                     record["skipped"] = skipped  # no passage could be about them: nothing to retrieve
-                if not followable:
-                    record["stopped"] = (
-                        "no readable passage is about the bridge terms the strongest passages name"
-                        if fus
-                        else "no bridge term: the strongest passages name nothing the question does not"
-                    )
+                if not worth:
+                    record["stopped"] = no_follow_up(fus)
                     d.update(queries=0, linked=0, stopped="no_terms")
                     break
-                fus = followable
+                fus = worth
                 self.query_vectors([f.query for f in fus])
                 found = []
                 for f in fus:
@@ -428,14 +473,12 @@ class Pipeline:
                 d.update(queries=len(fus), linked=len(links))
                 frontier = [lk.child for lk in links if lk.moved]
                 if not frontier:
-                    record["stopped"] = (
-                        "nothing new: no follow-up passage beat the evidence it would displace"
-                    )
+                    record["stopped"] = HOP_NOTHING_NEW
                     d["stopped"] = "nothing_new"
                     break
         else:
             if records:
-                records[-1]["stopped"] = f"hop limit ({max_hops}) reached"
+                records[-1]["stopped"] = hop_limit(max_hops)
         return ranked, chains, records
 
     def _about_index(self) -> AboutIndex:
@@ -552,18 +595,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------ the query path
     def ask(
-        self, question: Question, options: PipelineOptions | None = None, *, llm: Any | None = None
+        self, question: Question, options: PipelineOptions | None = None, *, llm: LLM | None = None
     ) -> Result:
         """Answer ``question``; ``llm`` replaces this pipeline's LLM client for this request only (the UI passes
         a client that streams into the page), everything else is shared."""
-        opts = options or PipelineOptions()
         llm = self.llm if llm is None else llm
-        s = self.settings
+        plan = plan_request(self.settings, options or PipelineOptions(), llm_available=llm is not None)
+        s, k, threshold = self.settings, plan.evidence_k, self.abstain_threshold
         rec = _Recorder()
-        packing = opts.packing or s.packing
-        k = opts.evidence_k or s.evidence_k
-        token_budget = opts.token_budget or s.evidence_token_budget
-        use_llm = llm is not None if opts.use_llm is None else (opts.use_llm and llm is not None)
 
         with rec.stage("index") as d:
             d["switched"] = self.reader.refresh()
@@ -584,33 +623,19 @@ class Pipeline:
         with rec.stage("rerank") as d:
             reranked = self.reranker.rerank(question.text, candidates) if candidates else []
             d["reranker"] = self.reranker.name
-        if len(intents) > 1 and reranked:
+        if is_compound(intents) and reranked:
             with rec.stage("intent_rerank") as d:
-                # A passage found by both halves of a compound question usually answers one of them: tag each
-                # candidate with the intents it ranks among the best for (reranked against that intent), so
-                # the budget reserves a real answer to every part.
-                strong: dict[str, list[int]] = {}
-                for intent in intents:
-                    pool = [c for c in reranked if intent.index in c.intents]
-                    best = (
-                        [c.chunk_id for c in self.reranker.rerank(intent.text, pool)[:INTENT_TOP]]
-                        if pool
-                        else []
-                    )
-                    for chunk_id in best:
-                        strong.setdefault(chunk_id, []).append(intent.index)
-                    d[f"intent_{intent.index}"] = best
-                reranked = [c.with_(intents=tuple(strong.get(c.chunk_id, ()))) for c in reranked]
+                reranked, best = rerank_per_intent(intents, reranked, self.reranker.rerank)
+                d.update({f"intent_{i}": ids for i, ids in best.items()})
         chains: list[Chain] = []
         hops: list[dict[str, Any]] = []
-        max_hops = s.max_hops if opts.max_hops is None else opts.max_hops
-        if max_hops > 0 and reranked:
-            reranked, chains, hops = self._hops(question.text, reranked, filt, k, max_hops, rec)
+        if plan.max_hops > 0 and reranked:
+            reranked, chains, hops = self._hops(question.text, reranked, filt, k, plan.max_hops, rec)
         with rec.stage("abstention") as d:
-            abstain, uncovered, reason = decide_abstention(
-                reranked, intents, threshold=self.abstain_threshold
+            coverage = decide_abstention(reranked, intents, threshold=threshold)
+            d.update(
+                abstain=coverage.abstain, uncovered=[i.text for i in coverage.uncovered], threshold=threshold
             )
-            d.update(abstain=abstain, uncovered=[i.text for i in uncovered], threshold=self.abstain_threshold)
         # Evidence is selected and shown even when the answer abstains: the trace (and the user) can see what
         # was found and why it was not enough.
         dropped: list[Dropped] = []
@@ -619,59 +644,39 @@ class Pipeline:
             dropped += drops
             d["dropped"] = len(drops)
         with rec.stage("budget") as d:
-            covered = [i for i in intents if i not in uncovered] or list(intents)
-            links = {
-                child: parent for child, parent, _ in chains
-            }  # the budget keeps both ends of a hop's link
             selected, drops = apply_budget(
                 kept,
-                covered,
+                coverage.covered(intents),
                 k=k,
-                token_budget=token_budget,
-                links=links,
-                min_score=self.abstain_threshold if self.settings.budget_score_floor else None,
+                token_budget=plan.token_budget,
+                links=chain_links(chains),
+                min_score=threshold if s.budget_score_floor else None,
             )
             dropped += drops
-            d.update(selected=len(selected), k=k, token_budget=token_budget)
+            d.update(selected=len(selected), k=k, token_budget=plan.token_budget)
         with rec.stage("bundle") as d:
-            # a passage travels with the selected passage its term leads to, and subjects compared side by
-            # side travel together ("Who is older, X or Y?"); links found by a hop come first
-            chains = [
-                *chains,
-                *comparison_chains(question.text, selected),
-                *evidence_chains(question.text, selected),
-            ]
+            chains = bundle_chains(question.text, selected, chains)
             d["chains"] = [list(c) for c in chains]
             bundles, added, drops = bundle_dependencies(
-                selected, self.reader, filt, pool=kept, token_budget=token_budget, chains=chains
+                selected, self.reader, filt, pool=kept, token_budget=plan.token_budget, chains=chains
             )
             dropped += drops
             d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
         with rec.stage("pack") as d:
-            packed = edge_pack(bundles, packing)
-            evidence = number_evidence(packed)
-            d.update(strategy=packing, order=[e.candidate.chunk_id for e in evidence])
-        if evidence and not abstain:
+            evidence = number_evidence(edge_pack(bundles, plan.packing))
+            d.update(strategy=plan.packing, order=[e.candidate.chunk_id for e in evidence])
+        if evidence and not coverage.abstain:
             with rec.stage("answer_type") as d:
-                # The evidence must hold the kind of answer asked for ("how many years"), not just the topic,
-                # and mention the thing whose existence is asked about ("is there any severance pay?").
-                scorer = self.sentence_scorer(evidence)
-                texts = [e.candidate.chunk.text for e in evidence]
-                pool_texts = [c.chunk.text for c in reranked]
-                for intent in intents:
-                    why = (
-                        None
-                        if intent in uncovered
-                        else (
-                            missing_answer_type(intent.text, texts, context=question.text, score=scorer)
-                            or missing_focus(intent.text, texts, pool=pool_texts, score=scorer)
-                        )
-                    )
-                    if why:
-                        uncovered = [*uncovered, intent]
-                        d[f"intent_{intent.index}"] = why
-                if len(uncovered) == len(intents):
-                    abstain, reason = True, "; ".join(map(str, d.values()))
+                types = check_answer_types(
+                    question.text,
+                    intents,
+                    coverage,
+                    [e.candidate.chunk.text for e in evidence],
+                    pool=[c.chunk.text for c in reranked],
+                    score=self.sentence_scorer(evidence),
+                )
+                coverage = types.coverage
+                d.update({f"intent_{intent.index}": why for intent, why in types.missing})
         with rec.stage("prompt") as d:
             prompt = build_prompt(
                 question.text,
@@ -683,19 +688,23 @@ class Pipeline:
             )
             d["tokens"] = prompt.n_tokens
         with rec.stage("generate") as d:
-            chosen = llm if use_llm else None
-            generated = self._generate(question, intents, evidence, prompt, abstain, uncovered, chosen)
+            abstention = abstain(coverage, has_evidence=bool(evidence))
+            generated = self._generate(
+                question,
+                intents,
+                evidence,
+                prompt,
+                abstention,
+                coverage.uncovered,
+                llm if plan.use_llm else None,
+            )
+            answer = final_answer(question.text, intents, coverage, generated, abstention)
+            abstained = abstention is not None
+            model_answer = is_model_answer(generated, use_llm=plan.use_llm, abstained=abstained)
             d.update(model=generated.model, error=generated.error)
-        answer = generated.text
-        if abstain or not evidence:
-            answer = abstention_text(question.text, uncovered or intents, intents)
-            abstain = True
-            reason = reason or "no passage was retrieved"
-        elif uncovered and generated.error is None:
-            answer = f"{answer}\n\n{abstention_text(question.text, uncovered, intents)}"
         with rec.stage("citations") as d:
             support = self.support_scorer(evidence)
-            if use_llm and not abstain and generated.error is None and s.citation_repair:
+            if model_answer and s.citation_repair:
                 # a model's [n] that points next to the passage it used is re-pointed, never invented
                 answer, repairs = repair_citations(answer, evidence, support=support)
                 if repairs:
@@ -709,20 +718,23 @@ class Pipeline:
         with rec.stage("claims") as d:
             # every claim, cited or not, against the evidence sentence that best matches it; an LLM answer
             # that fails is repaired once, then answered extractively (rag/stages/claims.py)
-            repairer = llm if use_llm and not abstain and generated.error is None else None
             checked, claims, verification = self._verify(
-                question, intents, evidence, prompt, answer, uncovered, repairer, support, abstain
+                question,
+                intents,
+                evidence,
+                prompt,
+                answer,
+                coverage.uncovered,
+                llm if model_answer else None,
+                support,
+                abstained,
             )
             if checked != answer:
                 answer, citations = checked, check_citations(checked, evidence, support=support)
             d.update(verification)
         with rec.stage("answer_check") as d:
             # does the answer address every part of the question? ("Citations checked" needs it)
-            checks = check_addresses(answer, intents, abstained=abstain)
-            answer_check = {
-                "complete": bool(checks) and all(c.addressed for c in checks),
-                "intents": [asdict(c) for c in checks],
-            }
+            answer_check = address_report(check_addresses(answer, intents, abstained=abstained))
             d.update(answer_check)
         result = Result(
             trace_id=uuid.uuid4().hex,
@@ -735,20 +747,20 @@ class Pipeline:
             prompt=prompt,
             generated=generated,
             answer=answer,
-            abstained=abstain,
-            abstain_reason=reason if abstain else None,
+            abstained=abstained,
+            abstain_reason=abstention.reason if abstention is not None else None,
             citations=citations,
             stages=rec.stages,
             reranker=self.reranker.name,
-            packing=packing,
-            generation_mode=s.generation_mode if use_llm else "extractive",
+            packing=plan.packing,
+            generation_mode=plan.generation_mode,
             hops=hops,
             answer_check=answer_check,
             claims=claims,
-            verification={k: v for k, v in verification.items() if k != "claims"},
+            verification={key: v for key, v in verification.items() if key != "claims"},
             budgets={
                 "evidence_k": k,
-                "evidence_token_budget": token_budget,
+                "evidence_token_budget": plan.token_budget,
                 "evidence_tokens": sum(e.candidate.chunk.n_tokens for e in evidence),
                 "history_token_budget": s.history_token_budget,
                 "history_tokens": sum(count_tokens(c) for _, c in question.history),
@@ -765,11 +777,11 @@ class Pipeline:
         intents: Sequence[Intent],
         evidence: Sequence[Evidence],
         prompt: Prompt,
-        abstain: bool,
+        abstention: Abstention | None,
         uncovered: Sequence[Intent],
-        llm: Any | None,
+        llm: LLM | None,
     ) -> Generated:
-        if abstain or not evidence:
+        if abstention is not None:
             return Generated(text="", model="none")
         if llm is not None:
             from rag.generation import generate
@@ -796,15 +808,15 @@ class Pipeline:
         prompt: Prompt,
         answer: str,
         uncovered: Sequence[Intent],
-        llm: Any | None,
+        llm: LLM | None,
         support: Callable[[str, str], float],
-        abstain: bool,
+        abstained: bool,
     ) -> tuple[str, list[ClaimCheck], dict[str, Any]]:
         """Check every claim of ``answer``. With ``llm`` (an LLM answer): uncited claims a passage holds get
         its marker, and an answer with a failed claim gets one repair call naming the failed claims; if the
         repair fails too, the answer is the extractive one with a notice saying why. Returns the answer, the
         verdicts and the trace record (the model's text, every verdict, the repair)."""
-        if abstain or not evidence:
+        if abstained or not evidence:
             return answer, [], {"checked": False, "reason": "abstained: no claim to check"}
         notice = f"\n\n{abstention_text(question.text, uncovered, intents)}" if uncovered else ""
         body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
@@ -852,15 +864,7 @@ class Pipeline:
             record.update(repaired=True, verified=True)
             return text + notice, again, record
         # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
-        worst = next(
-            (c for c in (failed(again) or bad) if c.verdict == "contradicted"), (failed(again) or bad)[0]
-        )
-        why = (
-            f"Note: the language model's answer was not shown: {len(failed(again) or bad)} of its claims "
-            f"{'contradict' if worst.verdict == 'contradicted' else 'are not supported by'} the evidence"
-            f"{f' ({worst.reason})' if worst.verdict == 'contradicted' else ''}, also after one repair. "
-            "The sentences above are quoted from the evidence instead."
-        )
+        why = fallback_notice(failed(again) or bad)
         fallback = self._extractive(question, intents, evidence, uncovered).text
         final = check_claims(fallback, evidence, support=support, cosine=cosine)
         record.update(
@@ -901,6 +905,6 @@ class Pipeline:
         evidence: Sequence[Evidence],
         uncovered: Sequence[Intent],
     ) -> Generated:
-        covered = [i for i in intents if i not in uncovered] or list(intents)
+        covered = covered_intents(intents, uncovered)
         scorer = self.sentence_scorer(evidence, context=QUOTE_CONTEXT)
         return extractive_answer(question.text, covered, evidence, score=scorer)

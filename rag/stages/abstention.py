@@ -4,19 +4,51 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
 from rag.text import bm25_tokens, normalize, split_sentences
-from rag.types import Candidate, Intent
+from rag.types import Candidate, Generated, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"
 PARTIAL = "I could not find anything about"
+NOTHING_SELECTED = "no passage was retrieved"  # the reason when no evidence was selected and none was given
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the question the passages found can answer.
+
+    ``abstain``: they answer none of it. ``uncovered``: the intents no passage answers (every intent when
+    abstaining). ``reason``: why, in words; None when every intent is covered. A partial ``reason`` is kept
+    although the answer does not abstain: it becomes the abstention's reason if no evidence is selected.
+    """
+
+    abstain: bool
+    uncovered: tuple[Intent, ...] = ()
+    reason: str | None = None
+
+    def covered(self, intents: Sequence[Intent]) -> list[Intent]:
+        """The intents the evidence is selected for (``covered_intents``)."""
+        return covered_intents(intents, self.uncovered)
+
+
+def covered_intents(intents: Sequence[Intent], uncovered: Sequence[Intent]) -> list[Intent]:
+    """The intents evidence is selected and quoted for: the covered ones, or all of them when none is."""
+    return [i for i in intents if i not in uncovered] or list(intents)
+
+
+@dataclass(frozen=True)
+class Abstention:
+    """The answer abstains; ``reason`` is what the user is told why (``abstain_reason`` in ``rag ask --json``)."""
+
+    reason: str
 
 
 def decide_abstention(
     reranked: Sequence[Candidate], intents: Sequence[Intent], *, threshold: float
-) -> tuple[bool, list[Intent], str | None]:
-    """(abstain, uncovered intents, reason).
+) -> Coverage:
+    """The coverage the scores allow.
 
     Abstain when no candidate's score (rerank, else fused) reaches ``threshold``. An intent is uncovered when
     none of the candidates retrieved for it reaches the threshold (an untagged candidate counts for intent 0).
@@ -24,20 +56,44 @@ def decide_abstention(
     """
     clearing = [c for c in reranked if score_of(c) >= threshold]
     covered = {i for c in clearing for i in intents_of(c)}
-    uncovered = [intent for intent in intents if intent.index not in covered]
+    uncovered = tuple(intent for intent in intents if intent.index not in covered)
     if not clearing:
         if not reranked:
-            return True, list(intents), "no passages were retrieved"
+            return Coverage(True, tuple(intents), "no passages were retrieved")
         best = max(score_of(c) for c in reranked)
-        return (
+        return Coverage(
             True,
-            list(intents),
+            tuple(intents),
             f"no passage reached the threshold {threshold:.3g} (best score {best:.3g})",
         )
     if uncovered:
         missing = "; ".join(repr(i.text) for i in uncovered)
-        return False, uncovered, f"no passage reached the threshold {threshold:.3g} for: {missing}"
-    return False, [], None
+        return Coverage(False, uncovered, f"no passage reached the threshold {threshold:.3g} for: {missing}")
+    return Coverage(False)
+
+
+def abstain(coverage: Coverage, *, has_evidence: bool) -> Abstention | None:
+    """Whether the answer abstains, and the reason the user reads: when the coverage says so, or when no
+    evidence was selected (then the coverage's reason if it has one, else ``NOTHING_SELECTED``)."""
+    if coverage.abstain or not has_evidence:
+        return Abstention(coverage.reason or NOTHING_SELECTED)
+    return None
+
+
+def final_answer(
+    question: str,
+    intents: Sequence[Intent],
+    coverage: Coverage,
+    generated: Generated,
+    abstention: Abstention | None,
+) -> str:
+    """What the user reads: the abstention text when abstaining; else the generated text, followed by the
+    parts left uncovered (not after a failed generation: its extractive fallback text stands as it is)."""
+    if abstention is not None:
+        return abstention_text(question, coverage.uncovered or intents, intents)
+    if coverage.uncovered and generated.error is None:
+        return f"{generated.text}\n\n{abstention_text(question, coverage.uncovered, intents)}"
+    return generated.text
 
 
 _MARKER_LIKE = re.compile(r"\[(\s*\d[\d\s,;\u2013\u2014-]*)\]")
@@ -240,3 +296,49 @@ def missing_focus(
     if sentences and score is not None and max(score(focus, sentences)) >= min_score:
         return None
     return f'no passage mentions "{focus}"'
+
+
+# --------------------------------------------------------------------------------------------- answer types
+Scorer = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class AnswerTypes:
+    """The coverage after the answer-type checks, and why each intent they uncovered cannot be answered."""
+
+    coverage: Coverage
+    missing: tuple[tuple[Intent, str], ...] = ()  # (intent, why), in intent order
+
+
+def check_answer_types(
+    question: str,
+    intents: Sequence[Intent],
+    coverage: Coverage,
+    evidence: Sequence[str],
+    *,
+    pool: Sequence[str] = (),
+    score: Scorer | None = None,
+) -> AnswerTypes:
+    """The evidence must hold the kind of answer asked for ("how many years"), not just the topic, and mention
+    the thing whose existence is asked about ("is there any severance pay?").
+
+    Each intent still covered is checked against the ``evidence`` passage texts with ``missing_answer_type``
+    (``question`` gives an intent without a topic of its own its topic) and then ``missing_focus`` (``pool``:
+    the request's candidates' texts). An intent either check fails joins the uncovered ones; when that leaves
+    none covered the answer abstains, and the reason is the failed checks' reasons.
+    """
+    uncovered = list(coverage.uncovered)
+    missing: list[tuple[Intent, str]] = []
+    for intent in intents:
+        if intent in uncovered:
+            continue
+        why = missing_answer_type(intent.text, evidence, context=question, score=score) or missing_focus(
+            intent.text, evidence, pool=pool, score=score
+        )
+        if why:
+            uncovered.append(intent)
+            missing.append((intent, why))
+    if len(uncovered) == len(intents):
+        reason = "; ".join(why for _, why in missing)
+        return AnswerTypes(Coverage(True, tuple(uncovered), reason), tuple(missing))
+    return AnswerTypes(Coverage(coverage.abstain, tuple(uncovered), coverage.reason), tuple(missing))

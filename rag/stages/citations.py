@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from rag.text import bm25_tokens, split_sentences
-from rag.types import Chunk, Citation, Evidence
+from rag.types import Chunk, Citation, Evidence, Generated
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
 _LEADING_MARKERS = re.compile(rf"^(?:\s*{_MARKER.pattern}\s*[.,;]?)+")
@@ -240,3 +240,9 @@ def repair_citations(
             for line in out.splitlines()
         )
     return out, repairs
+
+
+def is_model_answer(generated: Generated, *, use_llm: bool, abstained: bool) -> bool:
+    """Whether the answer is the language model's own text: not an abstention, not the extractive answer, not
+    the extractive fallback after the model failed. Only such an answer has its citations and claims repaired."""
+    return use_llm and not abstained and generated.error is None

@@ -725,3 +725,17 @@ def add_missing_markers(answer: str, checks: Sequence[ClaimCheck]) -> tuple[str,
         out = out.replace(c.claim.sentence, fixed, 1)
         added.append({"sentence": c.claim.text, "to": c.n})
     return out, added
+
+
+def fallback_notice(failures: Sequence[ClaimCheck]) -> str:
+    """Why an LLM answer whose claims still fail after one repair is replaced by quoted evidence: how many
+    claims fail, and how (the first contradiction and its reason, else "not supported"). ``failures``: the
+    repaired answer's failed claims, or the first answer's when the repair produced none."""
+    worst = next((c for c in failures if c.verdict == "contradicted"), failures[0])
+    contradicted = worst.verdict == "contradicted"
+    return (
+        f"Note: the language model's answer was not shown: {len(failures)} of its claims "
+        f"{'contradict' if contradicted else 'are not supported by'} the evidence"
+        f"{f' ({worst.reason})' if contradicted else ''}, also after one repair. "
+        "The sentences above are quoted from the evidence instead."
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from rag.stages.abstention import quote_user_text
 from rag.text import bm25_tokens, split_sentences
@@ -358,3 +358,11 @@ def check_addresses(answer: str, intents: Sequence[Intent], *, abstained: bool =
         addressed = not abstained and not named_missing and bool(best_sentence)
         out.append(IntentCheck(intent.index, intent.text, addressed, round(best, 3), best_sentence))
     return out
+
+
+def address_report(checks: Sequence[IntentCheck]) -> dict[str, object]:
+    """The trace's ``answer_check``: ``complete`` when there is a check and every intent is addressed."""
+    return {
+        "complete": bool(checks) and all(c.addressed for c in checks),
+        "intents": [asdict(c) for c in checks],
+    }

@@ -403,3 +403,45 @@ def evidence_chains(question: str, selected: Sequence[Candidate], terms_per_pass
             if child.chunk.doc_id != chunk.doc_id and any(is_about(term, child) for term in terms):
                 chains.append((child.chunk_id, chunk.chunk_id, "chain"))
     return chains
+
+
+# ------------------------------------------------------------------------------- the runner's hop decisions
+HOP_NOTHING_NEW = "nothing new: no follow-up passage beat the evidence it would displace"
+
+
+def hop_frontier(ranked: Sequence[Candidate], *, passages: int, threshold: float) -> list[Candidate]:
+    """The passages the first hop follows from: of the best ``passages``, those reaching ``threshold`` (the
+    abstention threshold: a passage too weak to answer leads nowhere worth following)."""
+    return [c for c in ranked[:passages] if _score(c) >= threshold]
+
+
+def followable(
+    follow_ups: Sequence[FollowUp], about: AboutIndex, *, allows: Callable[[Chunk], bool]
+) -> list[FollowUp]:
+    """The follow-ups worth retrieving: some passage ``allows`` admits, other than the one that named the term,
+    is about the term (a lone common word that titles nothing, an id no heading or opening carries, is not)."""
+    return [f for f in follow_ups if about.any_about(f.term, exclude=f.parent_id, allows=allows)]
+
+
+def no_follow_up(follow_ups: Sequence[FollowUp]) -> str:
+    """Why hopping stops when no follow-up is worth retrieving (``follow_ups``: the ones proposed)."""
+    if follow_ups:
+        return "no readable passage is about the bridge terms the strongest passages name"
+    return "no bridge term: the strongest passages name nothing the question does not"
+
+
+def hop_limit(max_hops: int) -> str:
+    """Why hopping stops after its last allowed round."""
+    return f"hop limit ({max_hops}) reached"
+
+
+def chain_links(chains: Iterable[Chain]) -> dict[str, str]:
+    """Child chunk id -> parent chunk id: the budget keeps both ends of a link."""
+    return {child: parent for child, parent, _ in chains}
+
+
+def bundle_chains(question: str, selected: Sequence[Candidate], hop_chains: Sequence[Chain]) -> list[Chain]:
+    """Every chain bundling keeps together, in the order it joins them: the links the hops found first, then
+    subjects compared side by side ("Who is older, X or Y?"), then terms one selected passage names and
+    another is about."""
+    return [*hop_chains, *comparison_chains(question, selected), *evidence_chains(question, selected)]

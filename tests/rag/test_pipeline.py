@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 
@@ -290,3 +291,29 @@ def test_an_llm_citation_that_points_at_the_wrong_passage_is_repaired_and_traced
     )
     r = ask(unrepaired, "How many days does a customer have to return an item for a full refund?")
     assert not any(c["supported"] for c in r["citations"] if c["sentence"].startswith("["))
+
+
+class RecordingSink:
+    """A TraceSink (rag/protocols.py) that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.saved: list[dict] = []  # type: ignore[type-arg]
+
+    def save_trace(self, trace: Mapping[str, object]) -> str:
+        self.saved.append(dict(trace))
+        return str(trace["trace_id"])
+
+
+def test_each_answer_is_saved_once_as_its_json_and_abstains_for_the_reason_a_stage_gave(
+    sample_data_dir: Path,
+    embedder,  # type: ignore[no-untyped-def]
+) -> None:
+    sink = RecordingSink()
+    p = Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder, trace_store=sink)
+    result = p.ask(Question("How many days of paid leave do I get for my wedding?", ALICE, as_of=TODAY))
+    assert sink.saved == [result.to_json()]
+    # passages on paid leave clear the threshold; the answer-type stage finds none about a wedding
+    assert result.abstained
+    assert result.abstain_reason == 'no passage mentions "wedding"'
+    detail = next(s.detail for s in result.stages if s.name == "answer_type")
+    assert list(detail.values()) == [result.abstain_reason]

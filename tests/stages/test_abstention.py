@@ -1,7 +1,17 @@
 from __future__ import annotations
 
-from rag.stages.abstention import abstention_text, decide_abstention
-from rag.types import Intent
+from rag.stages.abstention import (
+    NOTHING_SELECTED,
+    Abstention,
+    Coverage,
+    abstain,
+    abstention_text,
+    check_answer_types,
+    covered_intents,
+    decide_abstention,
+    final_answer,
+)
+from rag.types import Generated, Intent
 from tests.stages.factories import make_candidate
 
 TWO = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
@@ -12,19 +22,19 @@ def test_answers_when_every_intent_has_a_strong_passage() -> None:
         make_candidate("a", ordinal=0, rerank=0.9, intents=(0,)),
         make_candidate("b", ordinal=1, rerank=0.6, intents=(1,)),
     ]
-    assert decide_abstention(reranked, TWO, threshold=0.5) == (False, [], None)
+    assert decide_abstention(reranked, TWO, threshold=0.5) == Coverage(False, (), None)
 
 
 def test_abstains_when_nothing_clears_the_threshold() -> None:
     reranked = [make_candidate("a", ordinal=0, rerank=0.3, intents=(0, 1))]
-    abstain, uncovered, reason = decide_abstention(reranked, TWO, threshold=0.5)
-    assert abstain and uncovered == TWO
-    assert reason is not None and "0.5" in reason and "0.3" in reason
+    coverage = decide_abstention(reranked, TWO, threshold=0.5)
+    assert coverage.abstain and coverage.uncovered == tuple(TWO)
+    assert coverage.reason == "no passage reached the threshold 0.5 (best score 0.3)"
 
 
 def test_abstains_when_nothing_was_retrieved() -> None:
-    abstain, uncovered, reason = decide_abstention([], TWO, threshold=0.5)
-    assert abstain and uncovered == TWO and reason == "no passages were retrieved"
+    coverage = decide_abstention([], TWO, threshold=0.5)
+    assert coverage == Coverage(True, tuple(TWO), "no passages were retrieved")
 
 
 def test_partial_coverage_names_the_missing_intent() -> None:
@@ -32,25 +42,133 @@ def test_partial_coverage_names_the_missing_intent() -> None:
         make_candidate("a", ordinal=0, rerank=0.9, intents=(0,)),
         make_candidate("b", ordinal=1, rerank=0.2, intents=(1,)),
     ]
-    abstain, uncovered, reason = decide_abstention(reranked, TWO, threshold=0.5)
-    assert not abstain and uncovered == [TWO[1]]
-    assert reason is not None and "can I refund a gift card?" in reason
+    coverage = decide_abstention(reranked, TWO, threshold=0.5)
+    assert not coverage.abstain and coverage.uncovered == (TWO[1],)
+    assert coverage.reason == "no passage reached the threshold 0.5 for: 'can I refund a gift card?'"
 
 
 def test_a_strong_passage_counts_only_for_the_intents_it_was_retrieved_for() -> None:
     reranked = [make_candidate("a", ordinal=0, rerank=5.0, intents=(1,))]
-    _, uncovered, _ = decide_abstention(reranked, TWO, threshold=0.5)
-    assert uncovered == [TWO[0]]
+    assert decide_abstention(reranked, TWO, threshold=0.5).uncovered == (TWO[0],)
 
 
 def test_the_threshold_is_inclusive_and_falls_back_to_fused_scores() -> None:
     reranked = [make_candidate("a", ordinal=0, fused=0.5, intents=(0,))]
-    assert decide_abstention(reranked, [TWO[0]], threshold=0.5) == (False, [], None)
+    assert decide_abstention(reranked, [TWO[0]], threshold=0.5) == Coverage(False)
 
 
 def test_untagged_candidates_count_for_the_first_intent() -> None:
     reranked = [make_candidate("a", ordinal=0, rerank=0.9, intents=())]
-    assert decide_abstention(reranked, [Intent(0, "q")], threshold=0.5) == (False, [], None)
+    assert decide_abstention(reranked, [Intent(0, "q")], threshold=0.5) == Coverage(False)
+
+
+def test_evidence_is_selected_for_the_covered_intents_or_for_all_when_none_is() -> None:
+    assert covered_intents(TWO, [TWO[1]]) == [TWO[0]]
+    assert covered_intents(TWO, []) == TWO
+    assert covered_intents(TWO, TWO) == TWO
+    assert Coverage(False, (TWO[0],)).covered(TWO) == [TWO[1]]
+
+
+# ------------------------------------------------------------------------------ the abstention and the answer
+def test_the_coverage_decides_the_abstention_and_its_reason() -> None:
+    full = Coverage(True, tuple(TWO), "no passages were retrieved")
+    assert abstain(full, has_evidence=True) == Abstention("no passages were retrieved")
+    assert abstain(Coverage(False), has_evidence=True) is None
+    assert abstain(Coverage(False, (TWO[1],), "partial"), has_evidence=True) is None
+
+
+def test_no_evidence_abstains_with_the_coverage_reason_or_the_default() -> None:
+    assert abstain(Coverage(False), has_evidence=False) == Abstention(NOTHING_SELECTED)
+    assert NOTHING_SELECTED == "no passage was retrieved"
+    # a partial coverage's reason is what the user reads when no evidence could be selected
+    assert abstain(Coverage(False, (TWO[1],), "partial"), has_evidence=False) == Abstention("partial")
+    assert abstain(Coverage(True, tuple(TWO), ""), has_evidence=False) == Abstention(NOTHING_SELECTED)
+
+
+def test_an_abstaining_answer_is_the_abstention_text() -> None:
+    generated = Generated(text="", model="none")
+    everything = Coverage(True, tuple(TWO), "why")
+    text = final_answer("q", TWO, everything, generated, Abstention("why"))
+    assert text == abstention_text("q", TWO, TWO)
+    # nothing marked uncovered (no evidence selected): the whole question is named
+    one = [Intent(0, "What is the dress code?")]
+    text = final_answer("What is the dress code?", one, Coverage(False), generated, Abstention("x"))
+    assert (
+        text
+        == 'I can\'t answer this from the policies you have access to: I found no passage that answers "What is the dress code?".'
+    )
+
+
+def test_an_answer_names_the_parts_it_does_not_cover() -> None:
+    partial = Coverage(False, (TWO[1],), "partial")
+    text = final_answer("q", TWO, partial, Generated(text="45 days [1].", model="m"), None)
+    assert text == '45 days [1].\n\nI could not find anything about: "can I refund a gift card?".'
+    assert final_answer("q", TWO, Coverage(False), Generated(text="45 days [1].", model="m"), None) == (
+        "45 days [1]."
+    )
+
+
+def test_a_failed_generation_keeps_its_fallback_text_alone() -> None:
+    partial = Coverage(False, (TWO[1],), "partial")
+    failed = Generated(text="Quoted [1].", model="extractive (fallback)", error="timeout")
+    assert final_answer("q", TWO, partial, failed, None) == "Quoted [1]."
+
+
+# ------------------------------------------------------------------------------------------- answer types
+AUDIT = Intent(0, "How many years must we keep audit logs?")
+REFUND = Intent(1, "can I refund a gift card?")
+LEAVE = ["Employees receive 25 days of paid annual leave."]
+
+
+def test_answer_types_leave_an_answerable_question_covered() -> None:
+    coverage = Coverage(False)
+    checked = check_answer_types("q", [REFUND], coverage, ["Gift cards are not refundable."])
+    assert checked.coverage == coverage and checked.missing == ()
+
+
+def test_answer_types_uncover_an_intent_the_evidence_cannot_answer() -> None:
+    intents = [AUDIT, REFUND]
+    checked = check_answer_types("q", intents, Coverage(False), [*LEAVE, "Gift cards are not refundable."])
+    why = "no passage states a number of years for what the question asks about"
+    assert checked.missing == ((AUDIT, why),)
+    assert checked.coverage == Coverage(False, (AUDIT,), None)  # partly answered: no abstention
+
+
+def test_answer_types_abstain_with_the_checks_reasons_when_nothing_is_left() -> None:
+    severance = Intent(1, "Is there any severance pay?")
+    checked = check_answer_types("q", [AUDIT, severance], Coverage(False), LEAVE, pool=LEAVE)
+    reasons = [
+        "no passage states a number of years for what the question asks about",
+        'no passage mentions "severance pay"',
+    ]
+    assert [why for _, why in checked.missing] == reasons
+    assert checked.coverage == Coverage(True, (AUDIT, severance), "; ".join(reasons))
+
+
+def test_answer_types_skip_intents_already_uncovered_and_keep_the_earlier_reason() -> None:
+    earlier = Coverage(False, (AUDIT,), "no passage reached the threshold 0.5 for: 'audit'")
+    checked = check_answer_types("q", [AUDIT, REFUND], earlier, LEAVE)
+    assert checked.missing == () and checked.coverage == earlier
+    # the last covered intent failing abstains; the reason is this stage's only
+    severance = Intent(1, "Is there any severance pay?")
+    checked = check_answer_types("q", [AUDIT, severance], earlier, LEAVE, pool=LEAVE)
+    assert checked.coverage == Coverage(True, (AUDIT, severance), 'no passage mentions "severance pay"')
+
+
+def test_answer_types_pass_the_scorer_and_the_question_to_the_checks() -> None:
+    topicless = Intent(1, "how much?")
+    evidence = ["The 401(k) plan is run by SocialK."]
+    question = "Does the 401(k) match? how much?"
+    first = Intent(0, "Does the 401(k) match?")
+    checked = check_answer_types(question, [first, topicless], Coverage(False), evidence)
+    assert [i for i, _ in checked.missing] == [topicless]  # the topic came from the question
+    passwords = Intent(0, "How many times can I mistype my password?")
+    lockout = ["Enforce a limit of five (5) consecutive invalid logon attempts."]
+    assert check_answer_types("q", [passwords], Coverage(False), lockout).coverage.abstain
+    similar = check_answer_types(
+        "q", [passwords], Coverage(False), lockout, score=lambda q, ss: [0.6] * len(ss)
+    )
+    assert similar.coverage == Coverage(False)
 
 
 def test_full_abstention_text() -> None:

@@ -223,3 +223,15 @@ def test_repair_drops_an_extra_unsupported_id_and_never_invents_support() -> Non
         repair_citations("Gift cards are not refundable [9].", REFUND_EVIDENCE)[0]
         == "Gift cards are not refundable [2]."
     )
+
+
+def test_only_the_language_models_own_answer_is_repaired() -> None:
+    from rag.stages.citations import is_model_answer
+    from rag.types import Generated
+
+    answered = Generated(text="45 days [1].", model="m")
+    assert is_model_answer(answered, use_llm=True, abstained=False)
+    assert not is_model_answer(answered, use_llm=False, abstained=False)  # the extractive answer
+    assert not is_model_answer(answered, use_llm=True, abstained=True)
+    fallback = Generated(text="Quoted [1].", model="extractive (fallback; m failed)", error="timeout")
+    assert not is_model_answer(fallback, use_llm=True, abstained=False)

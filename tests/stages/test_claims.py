@@ -141,3 +141,28 @@ def test_the_prompt_asks_for_a_marker_after_every_sentence_without_example_ids()
     instructions = user[user.index("Instructions:") :]
     assert "every sentence needs one, a Sources line alone is not enough" in instructions
     assert not re.search(r"\[\d+\]", instructions), "a small model copies example ids"
+
+
+def test_the_fallback_notice_names_the_first_contradiction_and_counts_the_failures() -> None:
+    from rag.stages.claims import failed, fallback_notice
+
+    checks = check_claims(ISSUE, EVIDENCE)
+    bad = failed(checks)
+    assert [c.verdict for c in bad] == ["contradicted"]
+    assert fallback_notice(bad) == (
+        "Note: the language model's answer was not shown: 1 of its claims contradict the evidence "
+        f"({bad[0].reason}), also after one repair. The sentences above are quoted from the evidence instead."
+    )
+
+
+def test_the_fallback_notice_for_unsupported_claims_gives_no_reason() -> None:
+    from rag.stages.claims import failed, fallback_notice
+
+    bad = failed(
+        check_claims("Parking on site is free for all visitors. Pets may come to the office.", EVIDENCE)
+    )
+    assert len(bad) == 2 and all(c.verdict != "contradicted" for c in bad)
+    assert fallback_notice(bad) == (
+        "Note: the language model's answer was not shown: 2 of its claims are not supported by the evidence, "
+        "also after one repair. The sentences above are quoted from the evidence instead."
+    )

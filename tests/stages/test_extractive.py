@@ -370,6 +370,21 @@ def test_check_addresses_needs_every_intent_answered() -> None:
     assert not check_addresses("The refund window is generous for customers. [1]", how_long)[0].addressed
 
 
+def test_the_answer_check_is_complete_only_when_every_intent_is_addressed() -> None:
+    from rag.stages.extractive import address_report
+
+    intents = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
+    both = "Customers may request a refund within 45 days. [2]\nGift cards are not eligible for a refund. [1]"
+    report = address_report(check_addresses(both, intents))
+    assert report["complete"] is True
+    assert report["intents"] == [
+        {"index": c.index, "text": c.text, "addressed": True, "coverage": c.coverage, "sentence": c.sentence}
+        for c in check_addresses(both, intents)
+    ]
+    assert address_report(check_addresses(both, intents, abstained=True))["complete"] is False
+    assert address_report([]) == {"complete": False, "intents": []}  # nothing checked is not complete
+
+
 def test_user_text_in_a_refusal_is_never_a_citation() -> None:
     q = "What does clause [3] of the refund policy say?"
     out = extractive_answer(

@@ -410,3 +410,58 @@ def test_an_identifier_ending_a_sentence_is_named_without_its_full_stop() -> Non
     terms = bridge_terms("How many weeks can I work from home?", "Ask HR first, on Form RW-4.", limit=3)
     assert "Form RW-4" in terms and "Form RW-4." not in terms
     assert "Section 4.2" in bridge_terms("What applies?", "The limits are in Section 4.2.", limit=3)
+
+
+# ------------------------------------------------------------------------------- the runner's hop decisions
+def test_the_first_hop_follows_the_strongest_passages_that_could_answer() -> None:
+    from rag.stages.hops import hop_frontier
+
+    ranked = [cand(chunk(f"p{i}", f"Passage {i}."), score) for i, score in enumerate((0.9, 0.2, 0.7, 0.8))]
+    assert [c.chunk_id for c in hop_frontier(ranked, passages=3, threshold=0.5)] == ["p0", "p2"]
+    assert hop_frontier(ranked, passages=3, threshold=0.95) == []
+    assert [c.chunk_id for c in hop_frontier(ranked, passages=4, threshold=0.7)] == ["p0", "p2", "p3"]
+
+
+def test_only_follow_ups_some_other_readable_passage_is_about_are_retrieved() -> None:
+    from rag.stages.hops import followable
+
+    film = chunk("film", FILM, title="Kiss and Tell (1945 film)")
+    temple = chunk("temple", TEMPLE, title="Shirley Temple")
+    fus = follow_ups(CORLISS, [cand(film, 0.9)])
+    assert "Shirley Temple" in [f.term for f in fus]
+    index = AboutIndex([film, temple])
+    assert [f.term for f in followable(fus, index, allows=lambda c: True)] == ["Shirley Temple"]
+    assert followable(fus, index, allows=lambda c: c.chunk_id != "temple") == []  # not readable
+    assert followable(fus, AboutIndex([film]), allows=lambda c: True) == []  # only the passage naming it
+
+
+def test_why_hopping_stops() -> None:
+    from rag.stages.hops import HOP_NOTHING_NEW, hop_limit, no_follow_up
+
+    fus = follow_ups(CORLISS, [cand(chunk("film", FILM, title="Kiss and Tell (1945 film)"), 0.9)])
+    assert no_follow_up(fus) == "no readable passage is about the bridge terms the strongest passages name"
+    assert no_follow_up([]) == "no bridge term: the strongest passages name nothing the question does not"
+    assert hop_limit(2) == "hop limit (2) reached"
+    assert HOP_NOTHING_NEW == "nothing new: no follow-up passage beat the evidence it would displace"
+
+
+def test_the_budget_keeps_both_ends_of_every_link() -> None:
+    from rag.stages.hops import chain_links
+
+    assert chain_links([("b", "a", "chain"), ("c", "a", "comparison")]) == {"b": "a", "c": "a"}
+    assert chain_links([]) == {}
+
+
+def test_bundling_joins_hop_links_first_then_comparisons_then_evidence_chains() -> None:
+    from rag.stages.hops import bundle_chains
+
+    question = "Who is older, Shirley Temple or Kiss and Tell?"
+    selected = [
+        cand(chunk("temple", TEMPLE, title="Shirley Temple"), 0.9),
+        cand(chunk("film", FILM, title="Kiss and Tell"), 0.8),
+    ]
+    hop = [("x", "y", "chain")]
+    expected = [*hop, *comparison_chains(question, selected), *evidence_chains(question, selected)]
+    assert comparison_chains(question, selected)  # the order is tested with something to order
+    assert bundle_chains(question, selected, hop) == expected
+    assert bundle_chains(question, [], []) == []

@@ -1,0 +1,45 @@
+"""The collaborators of the query path, as narrow as ``Pipeline`` uses them.
+
+``Pipeline`` depends on these shapes, never on a concrete class: the feature, cross-encoder and LLM-judge
+rerankers (``rag.rerank``), ``rag.llm.LLMClient`` or the UI's streaming wrapper, the SQL trace store
+(``rag.tracestore``), and the test doubles that stand in for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from rag.generation import ChatModel
+from rag.types import Candidate
+
+
+class Reranker(Protocol):
+    """Orders candidates for a query text. (``rag.rerank.Reranker`` adds the sentence ``support`` the
+    evaluation uses; the query path needs only this.) A reranker may also carry a calibrated
+    ``abstain_threshold``; ``Pipeline.abstain_threshold`` reads it when the settings name none."""
+
+    @property
+    def name(self) -> str:
+        """What the trace and the evaluation reports call this reranker."""
+        ...
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """All candidates, best first, with ``rerank_score`` and ``rerank_rank`` (1-based) set."""
+        ...
+
+
+# The LLM client: what the generation modes and the claim repair call (``complete`` with the model's name and
+# token limit). One definition, in rag/generation.py, so the two can never drift apart.
+LLM = ChatModel
+
+
+class TraceSink(Protocol):
+    """Where ``Pipeline.ask`` saves each answer's trace (``rag.tracestore.repository.TraceStore``)."""
+
+    def save_trace(self, trace: Mapping[str, Any]) -> object:
+        """Store one ``Result.to_json()`` record; what it returns (the trace id) the pipeline does not use."""
+        ...
+
+
+__all__ = ["LLM", "Reranker", "TraceSink"]
