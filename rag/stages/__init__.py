@@ -1,24 +1,36 @@
 """The pure, typed stages of the query path. The runner calls them in order and records timing and traces;
 no stage does I/O or logging."""
 
-from rag.stages.abstention import abstention_text, decide_abstention
+from rag.stages.abstention import (
+    Abstention,
+    Coverage,
+    abstain,
+    abstention_text,
+    check_answer_types,
+    decide_abstention,
+)
 from rag.stages.budget import apply_budget
 from rag.stages.bundling import ChunkLookup, bundle_dependencies
 from rag.stages.citations import check_citations, parse_citations
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import Hit, merge_intents, rrf_fuse
+from rag.stages.intent_rerank import rerank_per_intent
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
 
 __all__ = [
+    "Abstention",
     "ChunkLookup",
+    "Coverage",
     "Hit",
+    "abstain",
     "abstention_text",
     "apply_budget",
     "build_prompt",
     "bundle_dependencies",
+    "check_answer_types",
     "check_citations",
     "decide_abstention",
     "edge_pack",
@@ -27,6 +39,7 @@ __all__ = [
     "number_evidence",
     "parse_citations",
     "remove_near_duplicates",
+    "rerank_per_intent",
     "rrf_fuse",
     "split_intents",
 ]
