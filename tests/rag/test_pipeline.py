@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import pytest
 
 from rag.config import load_settings
 from rag.pipeline import Pipeline, PipelineOptions, Question
-from rag.types import Principal
+from rag.types import Candidate, Principal
 
 ALICE = Principal("alice", frozenset({"staff"}))
 HANA = Principal("hana", frozenset({"staff", "hr"}))
@@ -317,3 +317,35 @@ def test_each_answer_is_saved_once_as_its_json_and_abstains_for_the_reason_a_sta
     assert result.abstain_reason == 'no passage mentions "wedding"'
     detail = next(s.detail for s in result.stages if s.name == "answer_type")
     assert list(detail.values()) == [result.abstain_reason]
+
+
+class OnlyRerank:
+    """A Reranker (rag/protocols.py) with nothing but a name and ``rerank``: no ``support``, no calibrated
+    ``abstain_threshold``. It keeps fusion order and records every query it is asked to rank for."""
+
+    name = "only-rerank"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
+        from rag.rerank import NoReranker
+
+        self.queries.append(question)
+        return NoReranker().rerank(question, candidates)
+
+
+def test_the_query_path_needs_only_the_reranker_protocol(
+    sample_data_dir: Path,
+    embedder,  # type: ignore[no-untyped-def]
+) -> None:
+    reranker = OnlyRerank()
+    p = Pipeline(load_settings(data_dir=sample_data_dir, max_hops=0), embedder=embedder, reranker=reranker)
+    assert p.abstain_threshold == 0.0  # none calibrated: every passage may answer
+    question = "How many days does a customer have to return an item, and are gift cards refundable?"
+    r = ask(p, question)
+    assert r["reranker"] == "only-rerank" and not r["abstained"]
+    # the whole question, then each intent of the compound question (the intent_rerank stage)
+    assert reranker.queries == [question, *(i["text"] for i in r["intents"])]
+    detail = next(s["detail"] for s in r["stages"] if s["name"] == "intent_rerank")
+    assert sorted(detail) == ["intent_0", "intent_1"] and all(len(ids) <= 3 for ids in detail.values())
