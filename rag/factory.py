@@ -9,7 +9,7 @@ store when the caller wants traces saved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rag.config import Settings
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rag.embedder import Embedder
     from rag.index import IndexReader
     from rag.pipeline import Pipeline
+    from rag.protocols import LLM, TraceSink
     from rag.tracestore.repository import TraceStore
 
 
@@ -24,9 +25,9 @@ def build_pipeline(
     settings: Settings,
     *,
     reader: IndexReader | None = None,
-    trace_store: Any | None = None,
+    trace_store: TraceSink | None = None,
     embedder: Embedder | None = None,
-    llm: Any | None = None,
+    llm: LLM | None = None,
 ) -> Pipeline:
     """The pipeline ``rag ask`` runs for these settings.
 
