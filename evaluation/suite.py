@@ -355,8 +355,9 @@ def ingest_corpus(paths: Paths, corpus: str, log: Log) -> Path:
             f"Suite corpus {corpus!r} is missing {missing[0]}.", hint="Pass --shared DIR."
         )
     started = time.perf_counter()
-    # prune: the work dir holds exactly the suite corpus (a corpus moved to another checkout is not kept twice)
-    report = ingest([str(p) for p in inputs], load_settings(data_dir=data_dir), prune=True)
+    # exact: the work dir holds exactly the suite corpus (the sample corpus read from another checkout, whose
+    # documents get other ids, replaces the old copy instead of joining it)
+    report = ingest([str(p) for p in inputs], load_settings(data_dir=data_dir), exact=True)
     if not report.ok:
         raise ConfigurationError(
             f"Ingesting the {corpus} corpus failed; run `rag ingest` on {inputs} to see why."

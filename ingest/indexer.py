@@ -237,10 +237,15 @@ def ingest(
     settings: Settings,
     *,
     prune: bool = False,
+    exact: bool = False,
     embedder: Embedder | None = None,
     progress: ProgressFn | None = None,
 ) -> IngestReport:
-    """Ingest files, folders and globs; publish a new generation only when something changed."""
+    """Ingest files, folders and globs; publish a new generation only when something changed.
+
+    ``prune``: documents whose files are gone are removed. ``exact``: the index holds exactly the files under
+    ``paths``; every other source is removed too (the same corpus read from another checkout is not kept twice).
+    """
     started = time.perf_counter()
     report = IngestReport()
     data_dir = Path(settings.data_dir)
@@ -264,7 +269,7 @@ def ingest(
         # 1. read and chunk what changed
         t = time.perf_counter()
         files = discover(paths)
-        if not files and not prune:
+        if not files and not (prune or exact):
             raise IngestError(
                 f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
             )
@@ -309,9 +314,10 @@ def ingest(
             report.files.append(FileResult(source, "indexed", chunks=sum(len(c) for _, c in chunked)))
         report.timings["read_chunk"] = time.perf_counter() - t
 
-        if prune:
+        if prune or exact:
+            given = {str(p.resolve()) for p in files}
             for source, entry in old_sources.items():
-                if not Path(source).exists():
+                if not Path(source).exists() or (exact and source not in given):
                     removed_docs.update(entry["doc_ids"])
                     new_sources.pop(source, None)
                     n = sum(len(old_docs[d]["chunk_ids"]) for d in entry["doc_ids"] if d in old_docs)

@@ -149,6 +149,27 @@ def test_prune_removes_documents_whose_files_are_gone(tmp_path: Path, embedder) 
     reader.close()
 
 
+def test_exact_keeps_only_the_given_files_when_a_copy_moves(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """The same corpus ingested from another checkout replaces the old copy instead of joining it."""
+    first, second, data = (
+        tmp_path / "checkout-a" / "docs",
+        tmp_path / "checkout-b" / "docs",
+        tmp_path / "data",
+    )
+    write_docs(first)
+    write_docs(second)
+    settings = load_settings(data_dir=data)
+    n = ingest([str(first)], settings, embedder=embedder).index_chunks
+    assert ingest([str(second)], settings, prune=True, embedder=embedder).index_chunks == 2 * n  # both exist
+    moved = ingest([str(second)], settings, exact=True, embedder=embedder)
+    assert moved.index_chunks == n and moved.totals["removed"] == 2
+    reader = IndexReader(data)
+    sources = {c.source for c in reader.generation.chunks}
+    reader.close()
+    assert sources and all(str(second.resolve()) in s for s in sources)
+    assert not ingest([str(second)], settings, exact=True, embedder=embedder).published  # then a no-op
+
+
 def test_bad_file_never_stops_the_batch(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     docs, data = tmp_path / "docs", tmp_path / "data"
     write_docs(docs)
