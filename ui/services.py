@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -31,6 +31,12 @@ from rag.errors import (
 )
 from rag.types import Principal
 from ui import auth
+
+if TYPE_CHECKING:  # the heavy modules load lazily, inside the cached constructors
+    from rag.embedder import Embedder
+    from rag.index import IndexReader
+    from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.tracestore.repository import TraceStore
 
 USERS_FILE = "users.json"
 # Demo mode only (RAG_AUTH=demo): the demo users of the sample corpus and their groups.
@@ -294,14 +300,14 @@ def page_guard() -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- cached resources
 @st.cache_resource(show_spinner="Loading the embedding model...")
-def _embedder(model: str, batch_size: int) -> Any:
+def _embedder(model: str, batch_size: int) -> Embedder:
     from rag.embedder import load_embedder
 
     return load_embedder(model, batch_size)
 
 
 @st.cache_resource(show_spinner="Opening the index...")
-def _reader(settings_json: str) -> Any:
+def _reader(settings_json: str) -> IndexReader:
     from rag.qdrant_server import open_index_reader
 
     # embedded generations, or the Qdrant server when RAG_QDRANT_URL is set (the reader `rag ask` uses);
@@ -310,7 +316,7 @@ def _reader(settings_json: str) -> Any:
 
 
 @st.cache_resource(show_spinner="Loading the models...", max_entries=4)
-def _pipeline(settings_json: str, generation: str | None) -> Any:
+def _pipeline(settings_json: str, generation: str | None) -> Pipeline:
     """One pipeline per settings and published generation, built as `rag ask` builds it (rag/factory.py):
     the reranker reads the generation's stored sentence vectors and passage tokens, and the query-vector
     cache and the per-generation indexes live as long as the generation serves."""
@@ -325,7 +331,7 @@ def _pipeline(settings_json: str, generation: str | None) -> Any:
 
 
 @st.cache_resource(show_spinner=False)
-def _trace_store(url: str, settings_json: str) -> Any:
+def _trace_store(url: str, settings_json: str) -> TraceStore:
     from rag.tracestore.repository import TraceStore
 
     store = TraceStore.from_settings(Settings.model_validate_json(settings_json))
@@ -346,14 +352,14 @@ def _key(settings: Settings) -> str:
     return settings.model_dump_json()
 
 
-def get_reader(settings: Settings) -> Any:
+def get_reader(settings: Settings) -> IndexReader:
     """The shared index reader; it switches to a newly published generation on ``refresh()``."""
     reader = _reader(_key(settings))
     reader.refresh()
     return reader
 
 
-def get_pipeline(settings: Settings) -> Any:
+def get_pipeline(settings: Settings) -> Pipeline:
     """The shared pipeline for the published generation. Traces are saved by the pages (``save_trace``), not by
     the pipeline."""
     from rag.index import current_generation
@@ -361,14 +367,14 @@ def get_pipeline(settings: Settings) -> Any:
     return _pipeline(_key(settings), current_generation(settings.data_dir))
 
 
-def get_store(settings: Settings) -> Any:
+def get_store(settings: Settings) -> TraceStore:
     """The shared trace store, checked on every call (a dropped database is reported, not cached)."""
     store = _trace_store(settings.sqlalchemy_url, _key(settings))
     check_ready(store)
     return store
 
 
-def try_store(settings: Settings) -> tuple[Any | None, BaseException | None]:
+def try_store(settings: Settings) -> tuple[TraceStore | None, BaseException | None]:
     """The trace store, or (None, the error) when it is not usable."""
     try:
         return get_store(settings), None
@@ -430,7 +436,9 @@ class StreamingAnswer:
         return self._box["result"]
 
 
-def ask_streaming(pipeline: Any, question: Any, options: Any = None) -> StreamingAnswer:
+def ask_streaming(
+    pipeline: Pipeline, question: Question, options: PipelineOptions | None = None
+) -> StreamingAnswer:
     """Run ``pipeline.ask`` in a worker thread whose LLM streams its text into a queue.
 
     The worker never calls Streamlit; the page's script thread drains the queue.
