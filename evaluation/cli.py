@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,6 +14,9 @@ from rich.table import Table
 
 from rag.cli_support import user_errors
 from rag.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from evaluation.suite import Paths
 
 eval_app = typer.Typer(
     help="Evaluate: position-sensitivity sweeps (`position`), end-to-end answer quality (`qa`), multi-hop evidence (`multihop`).",
@@ -569,6 +572,31 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
     return tables
 
 
+# The options and folders the dataset-ingesting commands (suite, llm-subset) share.
+SharedOption = Annotated[
+    Path | None,
+    typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo."),
+]
+WorkDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--work-dir",
+        help="Where each corpus is ingested (kept: re-runs reuse it). Default: <data-dir>/suites.",
+    ),
+]
+SuiteDataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")]
+
+
+def _suite_paths(shared: Path | None, work_dir: Path | None, data_dir: Path | None) -> Paths:
+    """The suites' data folders: ``shared`` (default ../shared beside the repo) and the work dir (created)."""
+    from evaluation.suite import Paths
+
+    root = Path(__file__).resolve().parents[1]
+    paths = Paths(shared or root.parent / "shared", work_dir or _settings(data_dir).data_dir / "suites")
+    paths.work_dir.mkdir(parents=True, exist_ok=True)
+    return paths
+
+
 @eval_app.command("suite")
 @user_errors
 def suite(
@@ -581,18 +609,9 @@ def suite(
     split: Annotated[
         str, typer.Option("--split", help="tune (for tuning), test (for reporting) or all.")
     ] = "test",
-    shared: Annotated[
-        Path | None,
-        typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo."),
-    ] = None,
-    work_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--work-dir",
-            help="Where each corpus is ingested (kept: re-runs reuse it). Default: <data-dir>/suites.",
-        ),
-    ] = None,
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")] = None,
+    shared: SharedOption = None,
+    work_dir: WorkDirOption = None,
+    data_dir: SuiteDataDirOption = None,
     llm: Annotated[bool, typer.Option("--llm/--no-llm", help="Generate with the configured LLM.")] = False,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write report.json (with per-question rows).")
@@ -618,14 +637,11 @@ def suite(
     ] = False,
 ) -> None:
     """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
-    from evaluation.suite import SUITES, Paths, run_suites, strip_rows
+    from evaluation.suite import SUITES, run_suites, strip_rows
     from rag.pipeline import PipelineOptions
 
     chosen = list(SUITES) if suites == "all" else [s.strip() for s in suites.split(",") if s.strip()]
-    settings = _settings(data_dir)
-    root = Path(__file__).resolve().parents[1]
-    paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
-    paths.work_dir.mkdir(parents=True, exist_ok=True)
+    paths = _suite_paths(shared, work_dir, data_dir)
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
     pairs = [o.split("=", 1) for o in overrides or []]
     if any(len(p) != 2 or not p[0].strip() for p in pairs):
@@ -711,18 +727,9 @@ def llm_subset_table(report: dict[str, Any]) -> Table:
 
 @eval_app.command("llm-subset")
 def llm_subset(
-    shared: Annotated[
-        Path | None,
-        typer.Option("--shared", help="The shared data folder. Default: ../shared beside the repo."),
-    ] = None,
-    work_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--work-dir",
-            help="Where each corpus is ingested (as rag eval suite). Default: <data-dir>/suites.",
-        ),
-    ] = None,
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")] = None,
+    shared: SharedOption = None,
+    work_dir: WorkDirOption = None,
+    data_dir: SuiteDataDirOption = None,
     limit_per_suite: Annotated[
         int | None, typer.Option("--limit-per-suite", help="Only the first N questions of each suite.")
     ] = None,
@@ -735,12 +742,8 @@ def llm_subset(
 ) -> None:
     """The fixed LLM subset: claim check against citation check on the same model answers (RAG_LLM_BASE_URL)."""
     from evaluation.llm_subset import run
-    from evaluation.suite import Paths
 
-    settings = _settings(data_dir)
-    root = Path(__file__).resolve().parents[1]
-    paths = Paths(shared or root.parent / "shared", work_dir or settings.data_dir / "suites")
-    paths.work_dir.mkdir(parents=True, exist_ok=True)
+    paths = _suite_paths(shared, work_dir, data_dir)
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
     report = run(paths, out=out, log=log, limit_per_suite=limit_per_suite)
     if as_json:
