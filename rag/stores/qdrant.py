@@ -170,6 +170,24 @@ def _failed(leg: str, exc: Exception) -> RetrievalError:
     )
 
 
+def _leg(
+    client: Any, collection: str, query: Any, using: str, filt: SearchFilter, n: int, what: str
+) -> list[Hit]:
+    """One leg alone: ``query`` against the ``using`` vectors, filtered like every other query."""
+    try:
+        response = client.query_points(
+            collection,
+            query=query,
+            using=using,
+            query_filter=qdrant_filter(filt),
+            limit=n,
+            with_payload=["chunk_id"],
+        )
+    except Exception as exc:
+        raise _failed(what, exc) from exc
+    return _hits(response.points)
+
+
 def lexical_search(
     client: Any, collection: str, tokens: Sequence[str], filt: SearchFilter, n: int
 ) -> list[Hit]:
@@ -177,35 +195,14 @@ def lexical_search(
     query = sparse_query(tokens)
     if query is None or n <= 0:
         return []
-    try:
-        response = client.query_points(
-            collection,
-            query=query,
-            using=SPARSE,
-            query_filter=qdrant_filter(filt),
-            limit=n,
-            with_payload=["chunk_id"],
-        )
-    except Exception as exc:
-        raise _failed("Lexical search in Qdrant", exc) from exc
-    return _hits(response.points)
+    return _leg(client, collection, query, SPARSE, filt, n, "Lexical search in Qdrant")
 
 
 def dense_search(client: Any, collection: str, vector: np.ndarray, filt: SearchFilter, n: int) -> list[Hit]:
     if n <= 0:
         return []
-    try:
-        response = client.query_points(
-            collection,
-            query=np.asarray(vector, dtype=np.float32).tolist(),
-            using=DENSE,
-            query_filter=qdrant_filter(filt),
-            limit=n,
-            with_payload=["chunk_id"],
-        )
-    except Exception as exc:
-        raise _failed("Dense search", exc) from exc
-    return _hits(response.points)
+    query = np.asarray(vector, dtype=np.float32).tolist()
+    return _leg(client, collection, query, DENSE, filt, n, "Dense search")
 
 
 def hybrid_requests(
