@@ -273,10 +273,12 @@ def ingest(
             raise IngestError(
                 f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
             )
+        given: set[str] = set()  # every source named this run, read or not (for ``exact``)
         for i, path in enumerate(files):
             if progress:
                 progress("read", i, len(files))
             source = str(path.resolve())
+            given.add(source)
             try:
                 version = file_version(path)
             except OSError as exc:
@@ -315,7 +317,6 @@ def ingest(
         report.timings["read_chunk"] = time.perf_counter() - t
 
         if prune or exact:
-            given = {str(p.resolve()) for p in files}
             for source, entry in old_sources.items():
                 if not Path(source).exists() or (exact and source not in given):
                     removed_docs.update(entry["doc_ids"])
