@@ -66,11 +66,21 @@ class Settings(BaseSettings):
     lexical_top_n: int = 40
     dense_top_n: int = 40
     rrf_k: int = 60
-    evidence_k: int = 6
-    evidence_token_budget: int = 1800
+    # The evidence is filled by tokens; K is only a cap (docs/evaluation.md, decision record 2026-12-04).
+    evidence_k: int = Field(default=12, description="The most passages the evidence may hold.")
+    evidence_token_budget: int = Field(
+        default=1500, description="Tokens of passage text the evidence may hold."
+    )
     budget_score_floor: bool = Field(
-        default=True,
+        default=False,
         description="Drop candidates under the abstention threshold from the evidence even when K has room.",
+    )
+    answer_check_k: int | None = Field(
+        default=6,
+        ge=1,
+        description="Run the answer-type check on at most this many evidence passages whose score clears the "
+        "abstention threshold (best first): a passage the budget adds to fill its tokens can complete an "
+        "answer, but does not make one the scores do not vouch for. None checks every passage.",
     )
     dedup_threshold: float = 0.8
     packing: PackingStrategy = "edges"

@@ -30,6 +30,7 @@ from rag.stages.abstention import (
     covered_intents,
     decide_abstention,
     final_answer,
+    vouched_evidence,
 )
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies
@@ -667,13 +668,14 @@ class Pipeline:
             d.update(strategy=plan.packing, order=[e.candidate.chunk_id for e in evidence])
         if evidence and not coverage.abstain:
             with rec.stage("answer_type") as d:
+                vouched = vouched_evidence(evidence, threshold=threshold, k=s.answer_check_k)
                 types = check_answer_types(
                     question.text,
                     intents,
                     coverage,
-                    [e.candidate.chunk.text for e in evidence],
+                    [e.candidate.chunk.text for e in vouched],
                     pool=[c.chunk.text for c in reranked],
-                    score=self.sentence_scorer(evidence),
+                    score=self.sentence_scorer(vouched),
                 )
                 coverage = types.coverage
                 d.update({f"intent_{intent.index}": why for intent, why in types.missing})

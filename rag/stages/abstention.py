@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
 from rag.text import bm25_tokens, normalize, split_sentences
-from rag.types import Candidate, Generated, Intent
+from rag.types import Candidate, Evidence, Generated, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"
 PARTIAL = "I could not find anything about"
@@ -296,6 +296,20 @@ def missing_focus(
     if sentences and score is not None and max(score(focus, sentences)) >= min_score:
         return None
     return f'no passage mentions "{focus}"'
+
+
+def vouched_evidence(evidence: Sequence[Evidence], *, threshold: float, k: int | None) -> list[Evidence]:
+    """The evidence passages the answer-type check reads: with ``k``, the ``k`` best-scoring whose score clears
+    ``threshold`` (best first; the single best when none does), else all of ``evidence`` in its order.
+
+    The budget fills the evidence with tokens, so it also holds passages that rank below the abstention
+    threshold: they can complete an answer, but that a topical one among them mentions the asked-for thing
+    must not turn an answer the scores do not vouch for into a confident one.
+    """
+    if k is None:
+        return list(evidence)
+    best = sorted(evidence, key=lambda e: -score_of(e.candidate))
+    return [e for e in best if score_of(e.candidate) >= threshold][:k] or best[:1]
 
 
 # --------------------------------------------------------------------------------------------- answer types

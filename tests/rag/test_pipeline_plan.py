@@ -34,7 +34,11 @@ def test_zero_hops_is_an_override_but_a_zero_budget_is_not() -> None:
     plan = plan_request(
         SETTINGS, PipelineOptions(evidence_k=0, token_budget=0, max_hops=0), llm_available=False
     )
-    assert (plan.evidence_k, plan.token_budget, plan.max_hops) == (6, 1800, 0)
+    assert (plan.evidence_k, plan.token_budget, plan.max_hops) == (
+        SETTINGS.evidence_k,
+        SETTINGS.evidence_token_budget,
+        0,
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from rag.stages.abstention import (
     covered_intents,
     decide_abstention,
     final_answer,
+    vouched_evidence,
 )
-from rag.types import Generated, Intent
+from rag.types import Evidence, Generated, Intent
 from tests.stages.factories import make_candidate
 
 TWO = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
@@ -311,3 +312,23 @@ def test_what_x_do_we_get_presupposes_x() -> None:
     assert why is not None and "discount" in why
     assert missing_focus("What laptops do employees get?", equipment, pool=equipment) is None
     assert missing_focus("What do employees get?", equipment, pool=equipment) is None  # names nothing
+
+
+def _evidence(*scores: float) -> list[Evidence]:
+    return [
+        Evidence(n, make_candidate(f"passage {n}", ordinal=n, rerank=score), 0)
+        for n, score in enumerate(scores, start=1)
+    ]
+
+
+def test_the_answer_check_reads_the_passages_the_scores_vouch_for() -> None:
+    # edge-packed evidence: the budget filled it with passages under the threshold (0.1) to use its tokens
+    evidence = _evidence(0.9, 0.05, 0.02, 0.3, 0.5)
+    assert [e.n for e in vouched_evidence(evidence, threshold=0.1, k=2)] == [1, 5]  # best first, capped
+    assert [e.n for e in vouched_evidence(evidence, threshold=0.1, k=6)] == [1, 5, 4]
+    assert vouched_evidence(evidence, threshold=0.1, k=None) == evidence  # None: every passage, in order
+
+
+def test_the_answer_check_reads_the_best_passage_when_none_clears_the_threshold() -> None:
+    assert [e.n for e in vouched_evidence(_evidence(0.01, 0.03), threshold=0.1, k=6)] == [2]
+    assert vouched_evidence([], threshold=0.1, k=6) == []
