@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     lexical_top_n: int = 40
     dense_top_n: int = 40
     rrf_k: int = 60
+    rrf_lexical_weight: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Weight of the BM25 leg in reciprocal rank fusion (the dense leg weighs 1).",
+    )
     # The evidence is filled by tokens; K is only a cap (docs/evaluation.md, decision record 2026-12-04).
     evidence_k: int = Field(default=12, description="The most passages the evidence may hold.")
     evidence_token_budget: int = Field(

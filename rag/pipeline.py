@@ -383,8 +383,10 @@ class Pipeline:
         chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
         lexical = [h for h in lexical if h[0] in chunks]
         dense = [h for h in dense if h[0] in chunks]
-        if fused is None:
-            candidates = rrf_fuse(lexical, dense, chunks, k=s.rrf_k, intent=intent)
+        if fused is None or s.rrf_lexical_weight != 1.0:  # a server's own fusion weighs both legs alike
+            candidates = rrf_fuse(
+                lexical, dense, chunks, k=s.rrf_k, intent=intent, lexical_weight=s.rrf_lexical_weight
+            )
         else:
             candidates = fused_candidates(lexical, dense, fused, chunks, intent=intent)
         return candidates, {"lexical": len(lexical), "dense": len(dense)}

@@ -29,8 +29,10 @@ def rrf_fuse(
     *,
     k: int = 60,
     intent: int = 0,
+    lexical_weight: float = 1.0,
 ) -> list[Candidate]:
-    """Fuse two ranked legs with 1/(k + rank) summed over the legs that returned a chunk.
+    """Fuse two ranked legs with w/(k + rank) summed over the legs that returned a chunk (``lexical_weight``
+    for the BM25 leg, 1 for the dense leg).
 
     Every candidate keeps both legs' ranks and scores so a trace can show why it ranked where it did.
     Hits whose chunk is missing from ``chunks`` are skipped (the other hits keep their original ranks).
@@ -46,7 +48,7 @@ def rrf_fuse(
             continue
         bm25_rank, bm25_score = lex.get(chunk_id, (None, None))
         dense_rank, dense_score = den.get(chunk_id, (None, None))
-        score = sum(1.0 / (k + r) for r in (bm25_rank, dense_rank) if r is not None)
+        score = sum(w / (k + r) for r, w in ((bm25_rank, lexical_weight), (dense_rank, 1.0)) if r is not None)
         fused.append(
             Candidate(
                 chunk=chunk,

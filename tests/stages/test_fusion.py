@@ -103,3 +103,17 @@ def test_rrf_output_is_a_ranked_union(
     for c in fused:
         assert (c.bm25_rank is None) == (c.bm25_score is None)
         assert c.bm25_rank is not None or c.dense_rank is not None
+
+
+def test_rrf_weighs_the_lexical_leg() -> None:
+    # a chunk only BM25 ranks first loses to one only the dense leg ranks second once BM25 weighs half
+    plain = rrf_fuse([("a", 9.0)], [("z", 0.9), ("b", 0.8)], CHUNKS | {"z": make_chunk("z", chunk_id="z")})
+    assert [c.chunk_id for c in plain][:2] == ["a", "z"]
+    half = rrf_fuse(
+        [("a", 9.0)],
+        [("z", 0.9), ("b", 0.8)],
+        CHUNKS | {"z": make_chunk("z", chunk_id="z")},
+        lexical_weight=0.5,
+    )
+    assert [c.chunk_id for c in half] == ["z", "b", "a"]
+    assert {c.chunk_id: c for c in half}["a"].fused_score == pytest.approx(0.5 / 61)
