@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -466,9 +466,13 @@ def train(
     abstain_max_share: float = 0.02,
     compare: Path | None = FEATURE_MODELS["features-v1"],
     embedder: Any | None = None,
+    extra: Mapping[str, Sequence[Group]] | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[FeatureModel, dict[str, Any]]:
     """Fit ``features-v2`` on the training halves of SciFact (train qrels) and NQ-Open; report held-out halves.
+
+    ``extra``: more training sets by name (``load_extra_groups``: the policy suites' and HotpotQA's tune splits,
+    asked through the query path), each weighing as much in total as SciFact or NQ.
 
     Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
     negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
@@ -494,6 +498,9 @@ def train(
         log(
             f"{dataset.name}: {len(train_sets[dataset.name])} train / {len(dev_sets[dataset.name])} held-out queries"
         )
+    for set_name, extra_groups in (extra or {}).items():
+        train_sets[set_name] = list(extra_groups)
+        log(f"{set_name}: {len(extra_groups)} train queries")
 
     def cv_score(l2: float, feature_cols: Sequence[int]) -> float:
         per_fold = []
@@ -565,7 +572,12 @@ def train(
             "trained_by": "python -m rag.rerank_train",
             "embedding_model": getattr(embedder, "name", DEFAULT_EMBEDDING_MODEL),
             "training_data": {
-                n: {"queries": len(gs), "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"}
+                n: {
+                    "queries": len(gs),
+                    "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"
+                    if n in dev_sets
+                    else "the query path's candidates (evaluation.rerank_groups, tune split)",
+                }
                 for n, gs in train_sets.items()
             },
             "split": "sha256('rerank-split:'+query_id)[0] % 2 == 1 is held out",
@@ -606,11 +618,40 @@ def train(
     return model, report
 
 
+def load_extra_groups(
+    path: Path, *, exclude: Sequence[str] = (), merge: Mapping[str, str] | None = None
+) -> dict[str, list[Group]]:
+    """Training sets from an ``evaluation.rerank_groups`` file: ``{set: [Group]}`` without the ``exclude`` sets;
+    ``merge`` renames sets (e.g. the three policy suites into one ``policy`` set)."""
+    with np.load(path) as z:
+        index = json.loads(bytes(z["index"]).decode())
+        out: dict[str, list[Group]] = {}
+        for i, meta in enumerate(index):
+            if meta["set"] in exclude:
+                continue
+            labels = z[f"labels{i}"]
+            relevant = frozenset(cid for cid, label in zip(meta["ids"], labels, strict=True) if label == 1)
+            name = (merge or {}).get(meta["set"], meta["set"])
+            out.setdefault(name, []).append(
+                Group(f"{meta['set']}:{meta['qid']}", z[f"x{i}"], labels, meta["ids"], relevant)
+            )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--out", type=Path, default=None, help="Default: the model's file in rag/models/.")
+    parser.add_argument(
+        "--extra",
+        type=Path,
+        default=None,
+        help="More training groups (python -m evaluation.rerank_groups --split tune): the policy suites, pooled "
+        "as one set, and HotpotQA.",
+    )
+    parser.add_argument("--exclude", default="", help="Sets of --extra to leave out (leave one corpus out).")
+    parser.add_argument("--name", default="features-v2")
     parser.add_argument(
         "--v1",
         action="store_true",
@@ -628,7 +669,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             compare=None,
         )
     else:
-        train(data_dir=args.data_dir, cache_dir=args.cache_dir, out=args.out or DEFAULT_FEATURE_MODEL)
+        extra = (
+            load_extra_groups(
+                args.extra,
+                exclude=[x for x in args.exclude.split(",") if x],
+                merge={"dev": "policy", "gitlab": "policy", "sample": "policy"},
+            )
+            if args.extra
+            else None
+        )
+        train(
+            data_dir=args.data_dir,
+            cache_dir=args.cache_dir,
+            out=args.out or DEFAULT_FEATURE_MODEL,
+            name=args.name,
+            extra=extra,
+        )
     return 0
 
 
