@@ -19,6 +19,10 @@ from rag.errors import ConfigurationError
 PackingStrategy = Literal["edges", "best_first", "best_last", "document_order"]
 
 
+# Mechanisms `ablate` can switch off (hops: max_hops=0; near-duplicate removal: dedup_threshold above 1).
+ABLATIONS = ("intents", "intent_rerank", "answer_types", "bundling")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 
@@ -86,6 +90,11 @@ class Settings(BaseSettings):
         description="Run the answer-type check on at most this many evidence passages whose score clears the "
         "abstention threshold (best first): a passage the budget adds to fill its tokens can complete an "
         "answer, but does not make one the scores do not vouch for. None checks every passage.",
+    )
+    ablate: str = Field(
+        default="",
+        description="Comma-separated query-path mechanisms to switch off, to measure what each adds "
+        f"(rag eval suite --set ablate=bundling): {', '.join(ABLATIONS)}. Not for serving.",
     )
     dedup_threshold: float = 0.8
     packing: PackingStrategy = "edges"
@@ -158,6 +167,19 @@ class Settings(BaseSettings):
         if value <= 0:
             raise ValueError("must be a positive integer")
         return value
+
+    @field_validator("ablate")
+    @classmethod
+    def _known_ablations(cls, value: str) -> str:
+        unknown = [a for a in value.split(",") if a.strip() and a.strip() not in ABLATIONS]
+        if unknown:
+            raise ValueError(f"unknown mechanism {unknown[0]!r}; one of {', '.join(ABLATIONS)}")
+        return value
+
+    @property
+    def ablated(self) -> frozenset[str]:
+        """The mechanisms ``ablate`` switches off."""
+        return frozenset(a.strip() for a in self.ablate.split(",") if a.strip())
 
     @field_validator("qdrant_shards", "qdrant_replication", "qdrant_write_consistency")
     @classmethod

@@ -33,7 +33,7 @@ from rag.stages.abstention import (
     vouched_evidence,
 )
 from rag.stages.budget import apply_budget, score_of
-from rag.stages.bundling import bundle_dependencies
+from rag.stages.bundling import bundle_dependencies, single_bundles
 from rag.stages.citations import (
     check_citations,
     claim_key,
@@ -618,7 +618,7 @@ class Pipeline:
                 tags=sorted(filt.tags),
             )
         with rec.stage("intents") as d:
-            intents = split_intents(question.text)
+            intents = [Intent(0, question.text)] if "intents" in s.ablated else split_intents(question.text)
             d["intents"] = [i.text for i in intents]
         with rec.stage("retrieve") as d:
             candidates, detail = self._retrieve(intents, filt, also_embed=[question.text])
@@ -626,7 +626,7 @@ class Pipeline:
         with rec.stage("rerank") as d:
             reranked = self.reranker.rerank(question.text, candidates) if candidates else []
             d["reranker"] = self.reranker.name
-        if is_compound(intents) and reranked:
+        if is_compound(intents) and reranked and "intent_rerank" not in s.ablated:
             with rec.stage("intent_rerank") as d:
                 reranked, best = rerank_per_intent(intents, reranked, self.reranker.rerank)
                 d.update({f"intent_{i}": ids for i, ids in best.items()})
@@ -658,17 +658,21 @@ class Pipeline:
             dropped += drops
             d.update(selected=len(selected), k=k, token_budget=plan.token_budget)
         with rec.stage("bundle") as d:
-            chains = bundle_chains(question.text, selected, chains)
-            d["chains"] = [list(c) for c in chains]
-            bundles, added, drops = bundle_dependencies(
-                selected, self.reader, filt, pool=kept, token_budget=plan.token_budget, chains=chains
-            )
-            dropped += drops
+            added: list[Candidate] = []
+            if "bundling" in s.ablated:
+                bundles = single_bundles(selected)
+            else:
+                chains = bundle_chains(question.text, selected, chains)
+                d["chains"] = [list(c) for c in chains]
+                bundles, added, drops = bundle_dependencies(
+                    selected, self.reader, filt, pool=kept, token_budget=plan.token_budget, chains=chains
+                )
+                dropped += drops
             d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
         with rec.stage("pack") as d:
             evidence = number_evidence(edge_pack(bundles, plan.packing))
             d.update(strategy=plan.packing, order=[e.candidate.chunk_id for e in evidence])
-        if evidence and not coverage.abstain:
+        if evidence and not coverage.abstain and "answer_types" not in s.ablated:
             with rec.stage("answer_type") as d:
                 vouched = vouched_evidence(evidence, threshold=threshold, k=s.answer_check_k)
                 types = check_answer_types(

@@ -471,6 +471,11 @@ def bundle_score(members: Sequence[Candidate]) -> float:
     return max((c.fused_score for c in members), default=0.0)
 
 
+def single_bundles(selected: Sequence[Candidate]) -> list[Bundle]:
+    """Every selected passage on its own, in rank order: what the evidence is without bundling."""
+    return [Bundle(i, (c,), "single", bundle_score([c])) for i, c in enumerate(selected)]
+
+
 def bundle_dependencies(
     selected: Sequence[Candidate],
     lookup: ChunkLookup,

@@ -349,3 +349,31 @@ def test_the_query_path_needs_only_the_reranker_protocol(
     assert reranker.queries == [question, *(i["text"] for i in r["intents"])]
     detail = next(s["detail"] for s in r["stages"] if s["name"] == "intent_rerank")
     assert sorted(detail) == ["intent_0", "intent_1"] and all(len(ids) <= 3 for ids in detail.values())
+
+
+def test_ablations_switch_off_one_mechanism_each(sample_data_dir: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    question = (
+        "A customer bought a gift card 10 days ago. It is inside the 45-day window, so can we refund it?"
+    )
+    off = Pipeline(load_settings(data_dir=sample_data_dir, ablate="bundling,intents"), embedder=embedder)
+    r = ask(off, question)
+    assert {b["reason"] for b in r["bundles"]} == {"single"}  # no rule travels with its exception
+    assert len(r["intents"]) == 1
+    compound = ask(
+        off, "How many days does a customer have to return an item, and are gift cards refundable?"
+    )
+    assert len(compound["intents"]) == 1
+    wedding = "How many days of paid leave do I get for my wedding?"  # the check declines: no passage says "wedding"
+    on = ask(Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder), wedding)
+    assert on["abstained"] and "answer_type" in on["timings_ms"]
+    no_types = Pipeline(load_settings(data_dir=sample_data_dir, ablate="answer_types"), embedder=embedder)
+    off_types = ask(no_types, wedding)
+    assert not off_types["abstained"] and "answer_type" not in off_types["timings_ms"]
+
+
+def test_an_unknown_ablation_is_a_configuration_error() -> None:
+    from rag.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="unknown mechanism 'rerank'"):
+        load_settings(ablate="bundling,rerank")
+    assert load_settings(ablate=" bundling ,").ablated == frozenset({"bundling"})
