@@ -50,7 +50,7 @@ from typing import Any
 from benchmarks.metrics import first_occurrences, load_qrels, ndcg_at, recall_at
 
 SYSTEMS = ("bm25", "dense", "hybrid", "pipeline")
-RANKING_STAGES = ("index", "filters", "intents", "retrieve", "rerank", "intent_rerank")
+RANKING_STAGES = ("index", "filters", "intents", "retrieve", "rerank")
 METRICS = ("ndcg@10", "recall@10", "recall@100")
 
 

@@ -66,7 +66,6 @@ from rag.stages.hops import (
     link_chains,
     no_follow_up,
 )
-from rag.stages.intent_rerank import is_compound, rerank_per_intent
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
@@ -626,10 +625,6 @@ class Pipeline:
         with rec.stage("rerank") as d:
             reranked = self.reranker.rerank(question.text, candidates) if candidates else []
             d["reranker"] = self.reranker.name
-        if is_compound(intents) and reranked and "intent_rerank" not in s.ablated:
-            with rec.stage("intent_rerank") as d:
-                reranked, best = rerank_per_intent(intents, reranked, self.reranker.rerank)
-                d.update({f"intent_{i}": ids for i, ids in best.items()})
         chains: list[Chain] = []
         hops: list[dict[str, Any]] = []
         if plan.max_hops > 0 and reranked:

@@ -15,7 +15,6 @@ from rag.stages.citations import check_citations, parse_citations
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
 from rag.stages.fusion import Hit, merge_intents, rrf_fuse
-from rag.stages.intent_rerank import rerank_per_intent
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
@@ -39,7 +38,6 @@ __all__ = [
     "number_evidence",
     "parse_citations",
     "remove_near_duplicates",
-    "rerank_per_intent",
     "rrf_fuse",
     "split_intents",
 ]
