@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 import snowballstemmer
@@ -89,6 +90,20 @@ def count_tokens(text: str) -> int:
     if tok is None:
         return int(len(text.split()) * 1.3) + 1
     return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def count_tokens_joined(parts: Sequence[str]) -> int:
+    """``count_tokens`` of the parts joined by whitespace, without tokenizing the whole again: the word-piece
+    pre-tokenizer splits at whitespace, so the whole's count is the sum of its parts', and each part's count is
+    cached (a prompt's passages and fixed blocks recur question after question)."""
+    if _tokenizer() is None:
+        return count_tokens("\n".join(parts))
+    return sum(_part_tokens(p) for p in parts)
+
+
+@lru_cache(maxsize=20_000)
+def _part_tokens(text: str) -> int:
+    return count_tokens(text)
 
 
 _SENT_END = re.compile(

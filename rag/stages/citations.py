@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -126,10 +127,15 @@ def _passage_text(chunk: Chunk) -> str:
 
 def lexical_support(claim: str, passage: str) -> float:
     """Share of the claim's content tokens that occur in the passage (0.0 for a claim without any)."""
-    tokens = set(bm25_tokens(claim))
+    tokens = _token_set(claim)
     if not tokens:
         return 0.0
-    return len(tokens & set(bm25_tokens(passage))) / len(tokens)
+    return len(tokens & _token_set(passage)) / len(tokens)
+
+
+@functools.lru_cache(maxsize=20_000)  # every claim is scored against every passage; passages recur
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(bm25_tokens(text))
 
 
 def check_citations(

@@ -20,6 +20,7 @@ over the perturbed-claim set (``rag.evaluation.claimset``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -469,6 +470,37 @@ def _same(a: Quantity, b: Quantity) -> bool:
     return abs(a.value - b.value) < 1e-9 and (a.unit == b.unit or not a.unit or not b.unit)
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What ``conflicts`` reads from one side of a comparison, computed once per text (an answer's claims are
+    compared with every sentence of every passage, and the same sentences recur across questions)."""
+
+    exception: str  # from the first 'except' / 'unless' / 'but' on, '' when none
+    exception_tokens: frozenset[str]
+    tokens: frozenset[str]
+    main_negated: bool
+    quantities: tuple[Quantity, ...]
+    words: str  # lower-cased words joined by spaces
+    opposite_counts: tuple[tuple[int, int], ...]  # matches of each _OPPOSITE_RES pair in ``words``
+    entities: frozenset[str]
+
+
+@functools.lru_cache(maxsize=20_000)
+def _facts(text: str) -> _Facts:
+    main, exception = _main_and_exception(text)
+    words = " ".join(_words(text))
+    return _Facts(
+        exception,
+        frozenset(bm25_tokens(exception)) if exception else frozenset(),
+        frozenset(bm25_tokens(text)),
+        negated(main),
+        tuple(quantities(text)),
+        words,
+        tuple((len(a.findall(words)), len(b.findall(words))) for a, b in _OPPOSITE_RES),
+        frozenset(entities(text)),
+    )
+
+
 def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...]:
     """What in ``claim`` says otherwise than ``sentence`` (the evidence sentence that best matches it).
 
@@ -477,27 +509,26 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
     when "90 days" occurs elsewhere in the passage."""
     out: list[str] = []
     body = _ANSWER_PARTICLE.sub("", claim)
-    main, exception = _main_and_exception(sentence)
+    c, s = _facts(body), _facts(sentence)
     # Polarity: the claim denies what the sentence's rule affirms, or affirms what it denies. A claim that
     # speaks about the exception ("... where the law requires it") may take either side.
     about_exception = False
-    claim_main, claim_exception = _main_and_exception(body)
-    if exception and not claim_exception:  # a claim that states the exception too is compared rule to rule
-        ex = set(bm25_tokens(exception)) - {"except", "unless", "but"}
-        about_exception = bool(ex) and len(ex & set(bm25_tokens(body))) / len(ex) >= 0.5
-    if not about_exception and negated(claim_main) != negated(main):
+    if s.exception and not c.exception:  # a claim that states the exception too is compared rule to rule
+        ex = s.exception_tokens - {"except", "unless", "but"}
+        about_exception = bool(ex) and len(ex & c.tokens) / len(ex) >= 0.5
+    if not about_exception and c.main_negated != s.main_negated:
         out.append(
-            f"polarity: the claim {'denies' if negated(claim_main) else 'affirms'} what the passage "
-            f"{'denies' if negated(main) else 'affirms'}"
+            f"polarity: the claim {'denies' if c.main_negated else 'affirms'} what the passage "
+            f"{'denies' if s.main_negated else 'affirms'}"
         )
     # Numbers and units.
-    cq, sq = quantities(body), quantities(sentence)
+    cq, sq = c.quantities, s.quantities
     for q in cq:
-        if any(_same(q, s) for s in sq):
+        if any(_same(q, x) for x in sq):
             continue
-        same_unit = [s for s in sq if s.unit and s.unit == q.unit]
+        same_unit = [x for x in sq if x.unit and x.unit == q.unit]
         same_value = [
-            s for s in sq if abs(s.value - q.value) < 1e-9 and s.unit != q.unit and s.unit and q.unit
+            x for x in sq if abs(x.value - q.value) < 1e-9 and x.unit != q.unit and x.unit and q.unit
         ]
         if same_value:
             out.append(
@@ -507,25 +538,22 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
         elif same_unit:
             out.append(f"number: the claim says '{q.text}', the passage '{same_unit[0].text}'")
         elif not q.unit and sq:
-            unitless = [s for s in sq if not s.unit]
+            unitless = [x for x in sq if not x.unit]
             if unitless:
                 out.append(f"number: the claim says '{q.text}', the passage '{unitless[0].text}'")
     # Comparators and quantifiers.
-    cl, sl = " ".join(_words(body)), " ".join(_words(sentence))
-    for a, b in _OPPOSITE_RES:
+    for (a, b), (ca, cb), (sa, sb) in zip(_OPPOSITE_RES, c.opposite_counts, s.opposite_counts, strict=True):
         # by counts: 'at most two days ... up to 3 days' against 'at least 2 days ... up to 3 days' swaps one
-        ca, cb, sa, sb = (len(r.findall(t)) for r, t in ((a, cl), (b, cl), (a, sl), (b, sl)))
         if (ca > sa and cb < sb) or (cb > sb and ca < sa):
             claim_re, passage_re = (a, b) if ca > sa else (b, a)
-            cx, sy = claim_re.search(cl), passage_re.search(sl)
+            cx, sy = claim_re.search(c.words), passage_re.search(s.words)
             out.append(
                 f"condition: the claim says '{cx.group(0) if cx else ''}', the passage "
                 f"'{sy.group(0) if sy else ''}'"
             )
     # Swapped names and ids: the claim names one the sentence lacks, where the sentence names another.
-    ce, se = entities(body), entities(sentence)
-    missing = sorted(e for e in ce if e not in sentence and e not in context)  # names keep their capitals
-    other = sorted(e for e in se if e not in body) or sorted(se)
+    missing = sorted(e for e in c.entities if e not in sentence and e not in context)  # names keep capitals
+    other = sorted(e for e in s.entities if e not in body) or sorted(s.entities)
     if missing and other:  # a name no passage mentions, in a sentence about named things
         out.append(f"entity: the claim names '{missing[0]}', the passage '{other[0]}'")
     return tuple(dict.fromkeys(out))
@@ -535,8 +563,9 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
 _NOT_CONTENT = _NEG_WORDS | {"yes", "can", "may", "must", "will", "would", "should", "could", "also", "only"}
 
 
-def _content(text: str) -> set[str]:
-    return {t for t in bm25_tokens(text) if not t[0].isdigit() and t not in _NOT_CONTENT}
+@functools.lru_cache(maxsize=20_000)
+def _content(text: str) -> frozenset[str]:
+    return frozenset(t for t in bm25_tokens(text) if not t[0].isdigit() and t not in _NOT_CONTENT)
 
 
 def sentence_similarity(
