@@ -71,7 +71,7 @@ and split texts. Output (``--out``, default benchmarks/results/peer-users.json; 
             "mcnemar_exact_p"}},
         "latency_ms": {"ours", "ours_through_evidence", "haystack": {"p50", "p95", "mean", "n"},
             "haystack_setting", "haystack_all_settings", "ratio_ours_over_theirs": {"p50", "p95"},
-            "ratio_through_evidence_over_theirs": {"p50", "p95"}},
+            "ratio_through_evidence_over_theirs": {"p50", "p95"}, "ours_stages_ms": {STAGE: {"p50", ...}}},
         "per_question": [{"id", "type", SYSTEM: {"all_gold", "quotes", "edge"}}]}}}
 """
 
@@ -129,7 +129,8 @@ HAYSTACK_MISSING = (
 Log = Callable[[str], None]
 Q = TypeVar("Q")  # a question as a run takes it (text, or a suite question with its asker)
 EXCLUDED = ("generate",)  # as benchmarks/query.py: what an LLM would replace
-AFTER_EVIDENCE = ("answer_type", "prompt", "generate", "citations")  # our stages past the peer's last one
+# our stages past the peer's last one (its pipeline ends at its documents; ours at the packed evidence)
+AFTER_EVIDENCE = ("answer_type", "prompt", "generate", "citations", "claims", "answer_check")
 
 
 def require_haystack() -> str:
@@ -1221,6 +1222,10 @@ def run_users_suite(
             "ratio_through_evidence_over_theirs": {
                 p: ratio(through[p], table[best][p]) for p in ("p50", "p95")
             },
+            "ours_stages_ms": {
+                k: latency([a.stages_ms[k] for a in mine if k in a.stages_ms])
+                for k in dict.fromkeys(k for a in mine for k in a.stages_ms)
+            },
         },
         "per_question": per_question,
     }
@@ -1371,6 +1376,8 @@ def users_table(result: dict[str, Any]) -> str:
                 f"{k} {v['p50']:.1f} / {v['p95']:.1f}" for k, v in lat["haystack_all_settings"].items()
             )
         )
+        top = sorted(lat["ours_stages_ms"].items(), key=lambda kv: -kv[1]["p50"])[:6]
+        lines.append("  our slowest stages (p50 ms): " + ", ".join(f"{k} {v['p50']:.1f}" for k, v in top))
     lines.append(f"\n{result['seconds']:.0f} s in all")
     return "\n".join(lines)
 

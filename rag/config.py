@@ -54,6 +54,16 @@ class Settings(BaseSettings):
     reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
     reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
     embed_batch_size: int = 32
+    query_runtime: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="What embeds questions: 'onnx' (the same model exported once to ONNX and run by onnxruntime, "
+        "~2.5x faster on one core, equal to 1e-6) or 'torch'. Passages are always embedded with PyTorch.",
+    )
+    model_cache_dir: Path | None = Field(
+        default=None,
+        description="Where the ONNX export of the query encoder is kept (default $XDG_CACHE_HOME or "
+        "~/.cache, under policy-rag/models).",
+    )
 
     # Chunking
     chunk_target_tokens: int = 160

@@ -343,7 +343,12 @@ class Pipeline:
 
         self.settings = settings
         self.reader = reader or open_index_reader(settings)
-        self.embedder = embedder or load_embedder(settings.embedding_model, settings.embed_batch_size)
+        self.embedder = embedder or load_embedder(
+            settings.embedding_model,
+            settings.embed_batch_size,
+            settings.query_runtime,
+            settings.model_cache_dir,
+        )
         self._query_vectors: dict[str, np.ndarray] = {}
         self._about: tuple[str, AboutIndex] | None = None  # (generation, which passages a term could lead to)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)

@@ -300,10 +300,10 @@ def page_guard() -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- cached resources
 @st.cache_resource(show_spinner="Loading the embedding model...")
-def _embedder(model: str, batch_size: int) -> Embedder:
+def _embedder(model: str, batch_size: int, query_runtime: str, cache_dir: str | None) -> Embedder:
     from rag.embedder import load_embedder
 
-    return load_embedder(model, batch_size)
+    return load_embedder(model, batch_size, query_runtime, Path(cache_dir) if cache_dir else None)
 
 
 @st.cache_resource(show_spinner="Opening the index...")
@@ -326,7 +326,12 @@ def _pipeline(settings_json: str, generation: str | None) -> Pipeline:
     return build_pipeline(
         settings,
         reader=_reader(settings_json),
-        embedder=_embedder(settings.embedding_model, settings.embed_batch_size),
+        embedder=_embedder(
+            settings.embedding_model,
+            settings.embed_batch_size,
+            settings.query_runtime,
+            str(settings.model_cache_dir) if settings.model_cache_dir else None,
+        ),
     )
 
 
