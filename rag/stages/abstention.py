@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
+from rag.stages.claims import Quantity, quantities
 from rag.text import bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Evidence, Generated, Intent
 
@@ -138,8 +139,10 @@ _UNITS: dict[str, tuple[str, ...]] = {
     "money": ("$", "usd", "dollar", "€", "£"),
 }
 _ASK_UNIT = re.compile(
-    r"\bhow\s+(?:many|much)\s+(?:more\s+|total\s+|consecutive\s+|business\s+|calendar\s+)?"
-    r"(?P<unit>minutes?|hours?|days?|weeks?|months?|years?|times?|percent|percentage|dollars?)\b"
+    # the counted noun may carry up to two modifiers: "how many wrong password attempts", "how many paid days"
+    r"\bhow\s+(?:many|much)\s+(?:[a-z][a-z-]*\s+){0,2}?"
+    r"(?P<unit>minutes?|hours?|days?|weeks?|months?|years?|times?|attempts?|percent|percentage|dollars?|cents?)\b"
+    r"|\bwhat\s+(?P<pct>percent(?:age)?)\b"
     r"|\bhow\s+much\b(?!\s+(?:time|notice|leave|detail|information))(?P<money>)",
     re.IGNORECASE,
 )
@@ -157,8 +160,8 @@ _ASKING = frozenset(
 def _unit_key(match: re.Match[str]) -> str:
     if match.group("money") is not None:
         return "money"
-    word = match.group("unit").lower().rstrip("s")
-    return {"percentage": "percent", "dollar": "money"}.get(word, word)
+    word = (match.group("unit") or match.group("pct")).lower().rstrip("s")
+    return {"percentage": "percent", "dollar": "money", "cent": "money", "attempt": "time"}.get(word, word)
 
 
 def _has_unit(sentence: str, key: str) -> bool:
@@ -237,6 +240,41 @@ def missing_answer_type(
         return None
     unit = "amount" if key == "money" else key
     return f"no passage states a number of {unit}s for what the question asks about"
+
+
+# "Is it one or two times my salary?", "24 hours or 72 hours?": a question that offers quantities to choose from
+# is answered only by evidence stating one of them; a passage about the topic that states neither cannot pick.
+_CHOICE = re.compile(r"(?P<a>(?:\S+\s+){0,2}\S+)\s+or\s+(?P<b>\S+(?:\s+\S+){0,2})", re.IGNORECASE)
+_BARE_UNITS = frozenset({"", "times", "x"})  # "two times" is "2x"; a lone number takes the other's unit
+
+
+def _states_offered(stated: Quantity, offered: Quantity, unit: str) -> bool:
+    """``stated`` is ``offered``: the same value, in ``offered``'s unit (``unit``, the choice's, for a bare one)."""
+    want = offered.unit if offered.unit not in _BARE_UNITS else unit
+    same_unit = stated.unit == want if want not in _BARE_UNITS else stated.unit in _BARE_UNITS
+    return abs(stated.value - offered.value) < 1e-9 and same_unit
+
+
+def missing_choice(intent_text: str, passages: Sequence[str]) -> str | None:
+    """Why the passages cannot answer a choice between quantities, or None when they might (or none is offered).
+
+    The choice is "A or B" where both sides are quantities (``rag.stages.claims.quantities``: "24 hours",
+    "$500", "one"); some sentence must state A or B (the same value, in the same unit when both name one)."""
+    for clause in re.split(r"[?;:]|,\s", normalize(intent_text)):
+        m = _CHOICE.search(clause)
+        if m is None:
+            continue
+        a, b = quantities(m.group("a")), quantities(m.group("b"))
+        if not a or not b:
+            continue
+        offered = [a[-1], b[0]]
+        unit = next((q.unit for q in offered if q.unit not in _BARE_UNITS), "")
+        stated = [q for passage in passages for q in quantities(passage)]
+
+        if any(_states_offered(q, o, unit) for q in stated for o in offered):
+            return None
+        return f"no passage states {offered[0].text} or {offered[1].text}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------- existence
@@ -346,8 +384,10 @@ def check_answer_types(
     for intent in intents:
         if intent in uncovered:
             continue
-        why = missing_answer_type(intent.text, evidence, context=question, score=score) or missing_focus(
-            intent.text, evidence, pool=pool, score=score
+        why = (
+            missing_answer_type(intent.text, evidence, context=question, score=score)
+            or missing_choice(intent.text, evidence)
+            or missing_focus(intent.text, evidence, pool=pool, score=score)
         )
         if why:
             uncovered.append(intent)

@@ -146,6 +146,14 @@ def test_answer_types_abstain_with_the_checks_reasons_when_nothing_is_left() -> 
     assert checked.coverage == Coverage(True, (AUDIT, severance), "; ".join(reasons))
 
 
+def test_answer_types_include_the_choice_check() -> None:
+    rto = Intent(0, "Is the recovery time objective 24 hours or 72 hours?")
+    checked = check_answer_types("q", [rto], Coverage(False), ["The RTO is the longest tolerable outage."])
+    assert checked.coverage == Coverage(True, (rto,), "no passage states 24 hours or 72 hours")
+    stated = check_answer_types("q", [rto], Coverage(False), ["The recovery time objective is 24 hours."])
+    assert stated.missing == ()
+
+
 def test_answer_types_skip_intents_already_uncovered_and_keep_the_earlier_reason() -> None:
     earlier = Coverage(False, (AUDIT,), "no passage reached the threshold 0.5 for: 'audit'")
     checked = check_answer_types("q", [AUDIT, REFUND], earlier, LEAVE)
@@ -218,6 +226,48 @@ def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
         )
         is None
     )
+
+
+def test_the_counted_noun_may_carry_modifiers_and_percent_and_cents_are_quantities() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    passwords = ["Passwords must be at least 14 characters long and never reused."]
+    lockout = ["The account locks after 5 failed login attempts."]
+    question = "How many wrong password attempts before my account gets locked?"
+    assert missing_answer_type(question, passwords) is not None  # "14 characters" counts no attempts
+    assert missing_answer_type(question, lockout) is None
+    mileage = ["Mileage is reimbursed at the IRS standard rate for business trips."]
+    assert missing_answer_type("How many cents per mile will I get back for mileage?", mileage) is not None
+    assert missing_answer_type("How many cents per mile for mileage?", ["Mileage: $0.70 per mile."]) is None
+    raise_ = ["The Annual Compensation Review considers performance and market data."]
+    assert missing_answer_type("What percentage raise comes with the compensation review?", raise_)
+    assert (
+        missing_answer_type(
+            "What percentage raise comes with the compensation review?",
+            ["The compensation review budget is a 3% raise on average."],
+        )
+        is None
+    )
+
+
+def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
+    from rag.stages.abstention import missing_choice
+
+    rto = ["Recovery Time Objective (RTO): the maximum time a system can remain unavailable."]
+    question = "What's the maximum recovery time objective for a Moderate system, 24 hours or 72 hours?"
+    assert missing_choice(question, rto) == "no passage states 24 hours or 72 hours"
+    assert missing_choice(question, [*rto, "Moderate systems have an RTO of 72 hours."]) is None
+    assert missing_choice(question, ["Report incidents within 72 minutes."]) is not None  # a unit of its own
+    # a bare number takes the other side's unit; "$1,000" is one amount
+    assert missing_choice("Is the limit $500 or $1,000?", ["Claims up to $1,000 need no receipt."]) is None
+    assert missing_choice("Is the limit $500 or $1,000?", ["Claims up to 1,000 miles."]) is not None
+    salary = "Is it one or two times my salary?"
+    assert missing_choice(salary, ["Life insurance pays two times your annual salary."]) is None
+    assert missing_choice(salary, ["Report within 1 hour."]) is not None
+    # not a choice between quantities: names, or a choice the question does not offer
+    assert missing_choice("Do I need manager or HR approval?", rto) is None
+    assert missing_choice("Who is older, Ann Lee or Bo Chan?", rto) is None
+    assert missing_choice("How many days of leave do I get?", rto) is None
 
 
 def test_similar_sentences_can_answer_without_shared_words() -> None:
