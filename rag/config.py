@@ -23,6 +23,13 @@ PackingStrategy = Literal["edges", "best_first", "best_last", "document_order"]
 ABLATIONS = ("intents", "answer_types", "bundling")
 
 
+def default_model_cache() -> Path:
+    """Where derived model files (the ONNX export of the query encoder) are kept when ``model_cache_dir`` is not
+    set: ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``policy-rag/models``."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "policy-rag" / "models"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 

