@@ -208,6 +208,7 @@ def missing_answer_type(
     passages: Sequence[str],
     *,
     context: str = "",
+    pool: Sequence[str] = (),
     score: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
     min_score: float = 0.5,
 ) -> str | None:
@@ -217,7 +218,10 @@ def missing_answer_type(
     shares a content word with the question (other than the asking words), or ``score`` (sentence
     similarity) rates it at least ``min_score``. "Retain records of configuration-controlled changes for
     five years" does not answer "how many years do we keep audit logs". ``context`` (the whole question)
-    supplies the topic of an intent that has none of its own ("... 401(k)? If so, how much?").
+    supplies the topic of an intent that has none of its own ("... 401(k)? If so, how much?"). With ``pool``
+    (the request's own candidates' texts) the sentence must also sit in a passage holding one of the topic's two
+    most specific words (those fewest pool passages contain): "up to 5 weeks of sick pay" shares "pay" with "how
+    many weeks of severance pay" but says nothing about severance.
     """
     match = _ASK_UNIT.search(intent_text)
     if match is None:
@@ -233,7 +237,16 @@ def missing_answer_type(
             return _states_duration(sentence, key)
         return _has_number(sentence) and _has_unit(sentence, key)
 
-    stated = [sentence for passage in passages for sentence in split_sentences(passage) if states(sentence)]
+    # one of the topic's two most specific words (those fewest ``pool`` passages contain) must be in the passage
+    pool_terms = [set(bm25_tokens(p)) for p in pool]
+    rarest = set(sorted(sorted(topic), key=lambda t: (sum(t in ts for ts in pool_terms), -len(t)))[:2])
+    stated = [
+        sentence
+        for passage in passages
+        if not pool or rarest & set(bm25_tokens(passage))
+        for sentence in split_sentences(passage)
+        if states(sentence)
+    ]
     if any(topic & set(bm25_tokens(sentence)) for sentence in stated):
         return None
     if stated and score is not None and max(score(asked, stated)) >= min_score:
@@ -385,7 +398,7 @@ def check_answer_types(
         if intent in uncovered:
             continue
         why = (
-            missing_answer_type(intent.text, evidence, context=question, score=score)
+            missing_answer_type(intent.text, evidence, context=question, pool=pool, score=score)
             or missing_choice(intent.text, evidence)
             or missing_focus(intent.text, evidence, pool=pool, score=score)
         )

@@ -250,6 +250,23 @@ def test_the_counted_noun_may_carry_modifiers_and_percent_and_cents_are_quantiti
     )
 
 
+def test_the_stated_quantity_must_come_from_a_passage_with_one_of_the_topics_most_specific_words() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    sick = ["Eligible team members receive 100% of their weekly pay for up to 5 weeks of sick leave."]
+    pool = [*sick, "Pay is reviewed every year.", "Weekly pay runs on Fridays.", "Sick leave needs a note."]
+    question = "If I get laid off, how many weeks of severance pay would I get?"
+    # "pay" is shared, but neither of the rarest topic words ("laid", "severance") is in the passage
+    assert missing_answer_type(question, sick) is None  # without a pool every topic word counts
+    assert missing_answer_type(question, sick, pool=pool) is not None
+    severance = ["Severance: laid-off team members receive 4 weeks of pay per year of service."]
+    assert missing_answer_type(question, severance, pool=[*pool, *severance]) is None
+    # one of the two most specific words is enough: "work remotely" answers "work from home"
+    remote = ["Employees may work remotely for up to 3 days per week."]
+    home_pool = [*remote, "Home office equipment is reimbursed.", "Our office is open daily."]
+    assert missing_answer_type("How many days a week can I work from home?", remote, pool=home_pool) is None
+
+
 def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
     from rag.stages.abstention import missing_choice
 
