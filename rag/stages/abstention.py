@@ -143,6 +143,8 @@ _ASK_UNIT = re.compile(
     r"\bhow\s+(?:many|much)\s+(?:[a-z][a-z-]*\s+){0,2}?"
     r"(?P<unit>minutes?|hours?|days?|weeks?|months?|years?|times?|attempts?|percent|percentage|dollars?|cents?)\b"
     r"|\bwhat\s+(?P<pct>percent(?:age)?)\b"
+    r"|\bwhat(?:'s|\s+is|\s+are)\s+the\s+(?:[a-z-]+\s+){0,2}?"
+    r"(?P<amount>amount|deductible|stipend|allowance|fee|cost|price|salary|reimbursement)s?\b"
     r"|\bhow\s+much\b(?!\s+(?:time|notice|leave|detail|information))(?P<money>)",
     re.IGNORECASE,
 )
@@ -158,7 +160,7 @@ _ASKING = frozenset(
 
 
 def _unit_key(match: re.Match[str]) -> str:
-    if match.group("money") is not None:
+    if match.group("money") is not None or match.group("amount") is not None:
         return "money"
     word = (match.group("unit") or match.group("pct")).lower().rstrip("s")
     return {"percentage": "percent", "dollar": "money", "cent": "money", "attempt": "time"}.get(word, word)

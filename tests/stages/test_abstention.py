@@ -267,6 +267,18 @@ def test_the_stated_quantity_must_come_from_a_passage_with_one_of_the_topics_mos
     assert missing_answer_type("How many days a week can I work from home?", remote, pool=home_pool) is None
 
 
+def test_what_is_the_amount_asks_for_money() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    premiums = ["The company pays 100% of the premiums for the medical plan."]
+    question = "What's the annual deductible on the medical plan?"
+    assert missing_answer_type(question, premiums) is not None  # a percentage of premiums is no deductible
+    assert missing_answer_type(question, ["The medical plan's annual deductible is $1,500."]) is None
+    meals = ["Meals on conference trips are expensed under the travel policy."]
+    assert missing_answer_type("What is the daily meal allowance at conferences?", meals) is not None
+    assert missing_answer_type("What is the approval process for conferences?", meals) is None  # no amount
+
+
 def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
     from rag.stages.abstention import missing_choice
 
