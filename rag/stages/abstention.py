@@ -143,6 +143,7 @@ _ASK_UNIT = re.compile(
     r"\bhow\s+(?:many|much)\s+(?:[a-z][a-z-]*\s+){0,2}?"
     r"(?P<unit>minutes?|hours?|days?|weeks?|months?|years?|times?|attempts?|percent|percentage|dollars?|cents?)\b"
     r"|\bwhat\s+(?P<pct>percent(?:age)?)\b"
+    r"|\b(?:which|what)\s+(?P<date>dates?)\b"
     r"|\bwhat(?:'s|\s+is|\s+are)\s+the\s+(?:[a-z-]+\s+){0,2}?"
     r"(?P<amount>amount|deductible|stipend|allowance|fee|cost|price|salary|reimbursement)s?\b"
     r"|\bhow\s+much\b(?!\s+(?:time|notice|leave|detail|information))(?P<money>)",
@@ -162,6 +163,8 @@ _ASKING = frozenset(
 def _unit_key(match: re.Match[str]) -> str:
     if match.group("money") is not None or match.group("amount") is not None:
         return "money"
+    if match.group("date") is not None:
+        return "date"
     word = (match.group("unit") or match.group("pct")).lower().rstrip("s")
     return {"percentage": "percent", "dollar": "money", "cent": "money", "attempt": "time"}.get(word, word)
 
@@ -192,6 +195,14 @@ def _states_duration(sentence: str, key: str) -> bool:
     number = rf"{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*"
     pattern = rf"\b{number}(?:\s*\(\d+\))?[\s-]+(?:consecutive\s+|more\s+|full\s+)?{unit}\b"
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
+
+
+_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_DATE = re.compile(
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
+    r"|\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b",
+    re.IGNORECASE,
+)
 
 
 def _has_number(sentence: str) -> bool:
@@ -235,6 +246,8 @@ def missing_answer_type(
         return None
 
     def states(sentence: str) -> bool:
+        if key == "date":  # "which dates": a day of a month ("1 March", "March 1st", "03/01")
+            return _DATE.search(sentence) is not None
         if key in _DURATION_UNITS:  # "how many years": a count of years, not "annually"
             return _states_duration(sentence, key)
         return _has_number(sentence) and _has_unit(sentence, key)
@@ -253,6 +266,8 @@ def missing_answer_type(
         return None
     if stated and score is not None and max(score(asked, stated)) >= min_score:
         return None
+    if key == "date":
+        return "no passage states a date for what the question asks about"
     unit = "amount" if key == "money" else key
     return f"no passage states a number of {unit}s for what the question asks about"
 

@@ -279,6 +279,18 @@ def test_what_is_the_amount_asks_for_money() -> None:
     assert missing_answer_type("What is the approval process for conferences?", meals) is None  # no amount
 
 
+def test_which_dates_asks_for_a_day_of_a_month() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    question = "Which dates are this year's Family and Friends Days?"
+    about = ["Family and Friends Day is our company-wide day off."]
+    assert missing_answer_type(question, about) == "no passage states a date for what the question asks about"
+    for stated in ("May 15th", "15 May", "the 3rd of July", "2026-05-15", "05/15/2026"):
+        passage = f"This year's Family and Friends Day falls on {stated}."
+        assert missing_answer_type(question, [passage]) is None, stated
+    assert missing_answer_type("What date does open enrolment close?", about) is not None
+
+
 def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
     from rag.stages.abstention import missing_choice
 
