@@ -387,7 +387,9 @@ def _write_generation(
     # 2. embed new chunks (cached by text)
     t = time.perf_counter()
     embed_chunks = [c for d in changed for c in new_docs[d][1]]
-    emb = embedder or load_embedder(model_name, settings.embed_batch_size)
+    emb = embedder or load_embedder(
+        model_name, settings.embed_batch_size, settings.embedding_runtime, settings.model_cache_dir
+    )
     cache = EmbeddingCache(data_dir, model_name)
     try:
         chunk_vectors, report.embedded = cache.vectors(

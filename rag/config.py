@@ -24,7 +24,7 @@ ABLATIONS = ("intents", "answer_types", "bundling")
 
 
 def default_model_cache() -> Path:
-    """Where derived model files (the ONNX export of the query encoder) are kept when ``model_cache_dir`` is not
+    """Where derived model files (the ONNX export of the embedding model) are kept when ``model_cache_dir`` is not
     set: ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``policy-rag/models``."""
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(root) / "policy-rag" / "models"
@@ -61,14 +61,14 @@ class Settings(BaseSettings):
     reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
     reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
     embed_batch_size: int = 32
-    query_runtime: Literal["onnx", "torch"] = Field(
+    embedding_runtime: Literal["onnx", "torch"] = Field(
         default="onnx",
-        description="What embeds questions: 'onnx' (the same model exported once to ONNX and run by onnxruntime, "
-        "~2.5x faster on one core, equal to 1e-6) or 'torch'. Passages are always embedded with PyTorch.",
+        description="What runs the embedding model: 'onnx' (the same weights exported once to ONNX and run by "
+        "onnxruntime: questions ~2.5x, passages ~1.7x faster here, vectors equal to 1e-6) or 'torch'.",
     )
     model_cache_dir: Path | None = Field(
         default=None,
-        description="Where the ONNX export of the query encoder is kept (default $XDG_CACHE_HOME or "
+        description="Where the ONNX export of the embedding model is kept (default $XDG_CACHE_HOME or "
         "~/.cache, under policy-rag/models).",
     )
 

@@ -346,7 +346,7 @@ class Pipeline:
         self.embedder = embedder or load_embedder(
             settings.embedding_model,
             settings.embed_batch_size,
-            settings.query_runtime,
+            settings.embedding_runtime,
             settings.model_cache_dir,
         )
         self._query_vectors: dict[str, np.ndarray] = {}

@@ -300,10 +300,10 @@ def page_guard() -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- cached resources
 @st.cache_resource(show_spinner="Loading the embedding model...")
-def _embedder(model: str, batch_size: int, query_runtime: str, cache_dir: str | None) -> Embedder:
+def _embedder(model: str, batch_size: int, runtime: str, cache_dir: str | None) -> Embedder:
     from rag.embedder import load_embedder
 
-    return load_embedder(model, batch_size, query_runtime, Path(cache_dir) if cache_dir else None)
+    return load_embedder(model, batch_size, runtime, Path(cache_dir) if cache_dir else None)
 
 
 @st.cache_resource(show_spinner="Opening the index...")
@@ -329,7 +329,7 @@ def _pipeline(settings_json: str, generation: str | None) -> Pipeline:
         embedder=_embedder(
             settings.embedding_model,
             settings.embed_batch_size,
-            settings.query_runtime,
+            settings.embedding_runtime,
             str(settings.model_cache_dir) if settings.model_cache_dir else None,
         ),
     )

