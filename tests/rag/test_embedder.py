@@ -1,4 +1,4 @@
-"""The query encoder: the packaged model exported to ONNX gives the vectors PyTorch gives, from a cached export."""
+"""The embedding model exported to ONNX gives the vectors PyTorch gives (questions and passages), from a cached export."""
 
 from __future__ import annotations
 
