@@ -665,7 +665,13 @@ class Pipeline:
                 chains = bundle_chains(question.text, selected, chains)
                 d["chains"] = [list(c) for c in chains]
                 bundles, added, drops = bundle_dependencies(
-                    selected, self.reader, filt, pool=kept, token_budget=plan.token_budget, chains=chains
+                    selected,
+                    self.reader,
+                    filt,
+                    pool=kept,
+                    token_budget=plan.token_budget,
+                    chains=chains,
+                    join_adjacent="adjacent" not in s.ablated,
                 )
                 dropped += drops
             d.update(bundles=len(bundles), added=[c.chunk_id for c in added])

@@ -154,7 +154,7 @@ class Bundle:
 
     bundle_id: int
     members: tuple[Candidate, ...]
-    reason: str  # "single", "rule_exception", "cross_reference", "continuation", "chain"
+    reason: str  # "single", "rule_exception", "cross_reference", "continuation", "chain", "adjacent", ...
     score: float  # the best member's rerank score: a bundle ranks by its strongest passage
 
     @property

@@ -232,8 +232,10 @@ class _Bundler:
         max_added: int,
         token_budget: int | None,
         chains: Sequence[tuple[str, str, str]] = (),
+        join_adjacent: bool = True,
     ) -> None:
         self.lookup, self.filt, self.max_added, self.token_budget = lookup, filt, max_added, token_budget
+        self.join_adjacent = join_adjacent
         self.chains = chains
         self.chain_parent: dict[str, str] = {}  # chained passage -> the passage that named its term
         self.pool = {c.chunk_id: c for c in pool}
@@ -426,6 +428,17 @@ class _Bundler:
         for cand in list(self.added):
             for link in self.neighbours(cand.chunk):
                 self.add(cand.chunk_id, link, cap=MAX_CHAIN_BUNDLE)
+        # Passages that follow each other in their document read as one text: they travel together, in
+        # document order, so edge packing never puts a passage at one end and its continuation at the other.
+        if self.join_adjacent:
+            for cid in list(self.members):
+                nxt = self.members[cid].chunk.next_id
+                if (
+                    nxt in self.members
+                    and self.root(cid) != self.root(nxt)
+                    and self.size(cid) + self.size(nxt) <= MAX_CHAIN_BUNDLE
+                ):
+                    self.join(cid, nxt, "adjacent")
         # Then chains: the passage that named a term with the passage it led to (what a passage needs to be
         # read at all comes first). A child joins the first of its parents whose bundle still has room.
         chained: set[str] = set()
@@ -485,6 +498,7 @@ def bundle_dependencies(
     max_added: int = 4,
     token_budget: int | None = None,
     chains: Sequence[tuple[str, str, str]] = (),
+    join_adjacent: bool = True,
 ) -> tuple[list[Bundle], list[Candidate], list[Dropped]]:
     """Group ``selected`` (ranked best first) with the passages they depend on.
 
@@ -496,5 +510,7 @@ def bundle_dependencies(
     ``chains`` lists (passage, the passage it belongs with, reason: "chain" for a multi-hop link, "comparison"
     for subjects compared) in priority order: both selected, they join one bundle (up to MAX_CHAIN_BUNDLE
     members), the better-ranked passage's document first; a passage joins its first parent that has room.
+    With ``join_adjacent``, members that follow each other in one document ("adjacent") join one bundle too,
+    up to MAX_CHAIN_BUNDLE members.
     """
-    return _Bundler(selected, lookup, filt, pool, max_added, token_budget, chains).run()
+    return _Bundler(selected, lookup, filt, pool, max_added, token_budget, chains, join_adjacent).run()

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import date
 
-from rag.stages.bundling import MAX_BUNDLE, bundle_dependencies
+from rag.stages.bundling import MAX_BUNDLE, MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.packing import edge_pack, number_evidence
 from rag.types import Bundle, Candidate, Chunk
 from tests.stages.factories import (
@@ -225,7 +225,8 @@ def test_a_rule_that_states_its_own_exception_is_not_expanded() -> None:
 
 def test_an_exception_already_selected_merges_bundles_instead_of_duplicating() -> None:
     pool = ranked([REFUNDS[5], REFUNDS[2], REFUNDS[1]])  # the exception ranks best
-    bundles, added, _ = bundle_dependencies(pool, LOOKUP, STAFF, pool=pool)
+    # (refunds:1 and refunds:2 follow each other: without join_adjacent=False they would share a bundle too)
+    bundles, added, _ = bundle_dependencies(pool, LOOKUP, STAFF, pool=pool, join_adjacent=False)
     assert added == []
     assert [member_ids(b) for b in bundles] == [["refunds:1", "refunds:5"], ["refunds:2"]]
     assert [b.bundle_id for b in bundles] == [0, 1]
@@ -530,3 +531,28 @@ def test_a_linked_passage_that_is_a_list_fragment_gets_its_lead_in() -> None:
         ("timeoff:0", "neighbour_of:timeoff:1"),
     ]
     assert member_ids(bundles[0]) == ["onboarding:0", "timeoff:0", "timeoff:1"]
+
+
+def test_selected_passages_that_follow_each_other_travel_together_in_document_order() -> None:
+    # travel:1 and travel:0 are neighbours; leave:1 ranks between them
+    selected = ranked([TRAVEL[1], LEAVE[1], TRAVEL[0], REFUNDS[2]])
+    bundles, added, _ = bundle_dependencies(selected, LOOKUP, FINANCE)
+    assert added == []
+    assert [(member_ids(b), b.reason) for b in bundles] == [
+        (["travel:0", "travel:1"], "adjacent"),
+        (["leave:1"], "single"),
+        (["refunds:2"], "single"),
+    ]
+    evidence = number_evidence(edge_pack(bundles))
+    order = [e.candidate.chunk_id for e in evidence]
+    assert order.index("travel:1") == order.index("travel:0") + 1  # never split across the two ends
+    apart, _, _ = bundle_dependencies(selected, LOOKUP, FINANCE, join_adjacent=False)
+    assert [member_ids(b) for b in apart] == [["travel:1"], ["leave:1"], ["travel:0"], ["refunds:2"]]
+
+
+def test_a_run_of_neighbours_stops_at_the_chain_cap() -> None:
+    run = ranked([REFUNDS[i] for i in range(7)])  # a whole document, chunk after chunk
+    bundles, _, _ = bundle_dependencies(run, LOOKUP, STAFF)
+    assert all(len(b.members) <= MAX_CHAIN_BUNDLE for b in bundles)
+    assert sorted(cid for b in bundles for cid in member_ids(b)) == [f"refunds:{i}" for i in range(7)]
+    assert any(len(b.members) > 1 for b in bundles)
