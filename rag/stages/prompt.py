@@ -75,12 +75,20 @@ def passage_header(n: int, chunk: Chunk) -> str:
 
 def _evidence_parts(evidence: Sequence[Evidence]) -> list[str]:
     """The evidence block as its lines, to be joined by newlines: fence, each passage's header and text (blank
-    lines between passages), fence."""
+    lines between passages), fence. A passage that continues the one before it in its document reads as one
+    text with it: no blank line, and a short header ("[4] (continues [3])") instead of title and section."""
     parts = [EVIDENCE_START]
     for i, e in enumerate(evidence):
-        if i:
-            parts.append("")
-        parts += [passage_header(e.n, e.candidate.chunk), neutralise(e.candidate.chunk.text.strip())]
+        chunk = e.candidate.chunk
+        before = evidence[i - 1] if i else None
+        if before is not None and before.candidate.chunk.next_id == chunk.chunk_id:
+            last = before.candidate.chunk.page_end or before.candidate.chunk.page
+            parts.append(f"[{e.n}] (continues [{before.n}]){_pages(chunk) if chunk.page != last else ''}")
+        else:
+            if i:
+                parts.append("")
+            parts.append(passage_header(e.n, chunk))
+        parts.append(neutralise(chunk.text.strip()))
     if not evidence:
         parts.append("(no passages were found)")
     return [*parts, EVIDENCE_END]

@@ -185,3 +185,49 @@ def test_no_evidence_still_builds_a_fenced_empty_block() -> None:
 def test_passage_header(section: str, page: int | None, page_end: int | None, expected: str) -> None:
     chunk = make_chunk("x", title="Leave Policy", section=section, page=page, page_end=page_end)
     assert passage_header(3, chunk) == expected
+
+
+def test_a_passage_continuing_the_one_before_reads_as_one_text() -> None:
+    first = make_chunk(
+        "Receipts are required for:",
+        doc_id="exp",
+        ordinal=1,
+        next_id="exp:2",
+        title="Expenses",
+        section="Expenses > 1. Receipts",
+        page=2,
+    )
+    same_page = make_chunk(
+        "- hotels\n- flights",
+        doc_id="exp",
+        ordinal=2,
+        prev_id="exp:1",
+        next_id="exp:3",
+        title="Expenses",
+        section="Expenses > 1. Receipts",
+        page=2,
+    )
+    next_page = make_chunk(
+        "- meals over 20 EUR",
+        doc_id="exp",
+        ordinal=3,
+        prev_id="exp:2",
+        title="Expenses",
+        section="Expenses > 1. Receipts",
+        page=3,
+    )
+    other = make_chunk("Gift cards are not refundable.", doc_id="refunds", ordinal=5)
+    chain = [first, same_page, next_page, other]
+    user = build_prompt(QUESTION, [Evidence(i + 1, make_candidate(c), i) for i, c in enumerate(chain)]).user
+    assert (
+        "[1] Expenses \u2014 1. Receipts (p. 2)\nReceipts are required for:\n"
+        "[2] (continues [1])\n- hotels\n- flights\n"
+        "[3] (continues [2]) (p. 3)\n- meals over 20 EUR\n\n"
+        "[4] Refund Policy\nGift cards are not refundable."
+    ) in user
+    # out of document order, or not neighbours, each passage keeps its own header
+    apart = build_prompt(
+        QUESTION, [Evidence(1, make_candidate(same_page), 0), Evidence(2, make_candidate(first), 1)]
+    )
+    assert "continues" not in apart.user
+    assert apart.n_tokens == count_tokens(apart.system) + count_tokens(apart.user)
