@@ -75,6 +75,7 @@ class OnnxEncoder:
             path = self._exported(model, folder, cache_dir)
             self._queries = _session(path, threads=1)
         self._batches: Any = None  # every core, made on the first batch of passages
+        self.dim = int(model.get_embedding_dimension() or 0)
         # a copy: the model's own tokenizer pads and truncates as sentence-transformers set it
         self._tokenizer = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
         self._tokenizer.no_padding()
@@ -105,13 +106,13 @@ class OnnxEncoder:
         import os
         import tempfile
         import warnings
+        from importlib.metadata import version
 
-        import onnx
         import torch
 
         stamp = [
             torch.__version__,
-            onnx.__version__,
+            version("onnx"),  # the exporter writes through it (imported only when exporting)
             str(_ONNX_OPSET),
             str(model.max_seq_length),
             str(folder),
@@ -168,10 +169,6 @@ class OnnxEncoder:
             part = order[start : start + batch_size]
             out[part] = self._run(self._batches, [encodings[i] for i in part])
         return out
-
-    @property
-    def dim(self) -> int:
-        return int(self._queries.get_outputs()[0].shape[-1])
 
     @staticmethod
     def _run(session: Any, encodings: Sequence[Any]) -> np.ndarray:
