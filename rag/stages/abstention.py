@@ -197,7 +197,10 @@ def _states_duration(sentence: str, key: str) -> bool:
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
 
 
-_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
 _DATE = re.compile(
     rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
     r"|\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b",
@@ -300,7 +303,6 @@ def missing_choice(intent_text: str, passages: Sequence[str]) -> str | None:
         offered = [a[-1], b[0]]
         unit = next((q.unit for q in offered if q.unit not in _BARE_UNITS), "")
         stated = [q for passage in passages for q in quantities(passage)]
-
         if any(_states_offered(q, o, unit) for q in stated for o in offered):
             return None
         return f"no passage states {offered[0].text} or {offered[1].text}"
