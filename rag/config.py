@@ -26,7 +26,14 @@ ABLATIONS = ("intents", "answer_types", "bundling", "adjacent")
 def default_model_cache() -> Path:
     """Where derived model files (the ONNX export of the embedding model) are kept when ``model_cache_dir`` is not
     set: ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``policy-rag/models``."""
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    root = os.environ.get("XDG_CACHE_HOME")
+    if not root:
+        try:
+            root = str(Path.home() / ".cache")
+        except RuntimeError:  # no home directory (a bare service account): the system's temporary folder
+            import tempfile
+
+            root = tempfile.gettempdir()
     return Path(root) / "policy-rag" / "models"
 
 

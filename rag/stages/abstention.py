@@ -160,6 +160,26 @@ _ASKING = frozenset(
 )
 
 
+# Words that may follow the asked noun when it ends its phrase: "the deductible on ...", "the allowance when ...".
+_PHRASE_END = frozenset(
+    "for of on in at per under with from by to if when while that which who i we you they he she it my our your "
+    "their do does did will would can could should shall must may might is are was were be been the a an and or "
+    "as after before during until".split()
+)
+
+
+def _heads_its_phrase(match: re.Match[str], text: str) -> bool:
+    """A "what is the <amount>" match asks for an amount only when the noun ends its phrase: "the salary bands"
+    asks for bands (a table), "the meal allowance when ..." and "the amount GitLab pays" for an amount."""
+    if match.group("amount") is None:
+        return True
+    following = re.match(r"\s*([A-Za-z][\w'-]*)", text[match.end() :])
+    if following is None:  # punctuation or the end of the question
+        return True
+    word = following.group(1)
+    return word.lower() in _PHRASE_END or word[0].isupper()
+
+
 def _unit_key(match: re.Match[str]) -> str:
     if match.group("money") is not None or match.group("amount") is not None:
         return "money"
@@ -172,7 +192,9 @@ def _unit_key(match: re.Match[str]) -> str:
 def _has_unit(sentence: str, key: str) -> bool:
     low = normalize(sentence).lower()
     if key == "money":
-        return any(sym in low for sym in ("$", "€", "£")) or bool(re.search(r"\b(?:usd|dollars?)\b", low))
+        return any(sym in low for sym in ("$", "€", "£")) or bool(
+            re.search(r"\b(?:usd|eur|euros?|gbp|chf|cad|aud|dollars?|pounds?)\b", low)
+        )
     if key == "percent":
         return "%" in low or "percent" in low
     stems = set(bm25_tokens(low))
@@ -239,7 +261,7 @@ def missing_answer_type(
     most specific words (those fewest pool passages contain): "up to 5 weeks of sick pay" shares "pay" with "how
     many weeks of severance pay" but says nothing about severance.
     """
-    match = _ASK_UNIT.search(intent_text)
+    match = next((m for m in _ASK_UNIT.finditer(intent_text) if _heads_its_phrase(m, intent_text)), None)
     if match is None:
         return None
     key = _unit_key(match)

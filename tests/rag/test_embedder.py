@@ -117,3 +117,15 @@ def test_a_model_that_cannot_be_exported_says_why_and_uses_pytorch(torch_only: A
 def test_an_unknown_runtime_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="embedding runtime 'gpu'"):
         SentenceTransformerEmbedder(MODEL, runtime="gpu")
+
+
+def test_the_export_lives_under_xdg_cache_home_or_the_home_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from rag.config import default_model_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_model_cache() == tmp_path / "policy-rag" / "models"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_model_cache() == tmp_path / "home" / ".cache" / "policy-rag" / "models"

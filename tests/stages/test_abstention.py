@@ -277,6 +277,15 @@ def test_what_is_the_amount_asks_for_money() -> None:
     meals = ["Meals on conference trips are expensed under the travel policy."]
     assert missing_answer_type("What is the daily meal allowance at conferences?", meals) is not None
     assert missing_answer_type("What is the approval process for conferences?", meals) is None  # no amount
+    # the noun must head its phrase: "the salary bands" asks for bands (a table), not for an amount
+    bands = ["The bands below list every job level with its minimum and maximum."]
+    assert missing_answer_type("What are the salary bands?", bands) is None
+    assert missing_answer_type("What's the monthly amount GitLab pays for co-working?", meals) is not None
+    # amounts in any currency the passage names
+    assert (
+        missing_answer_type("What is the mileage allowance?", ["The mileage allowance is 0.30 EUR per km."])
+        is None
+    )
 
 
 def test_which_dates_asks_for_a_day_of_a_month() -> None:
