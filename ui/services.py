@@ -303,7 +303,9 @@ def page_guard() -> Iterator[None]:
 def _embedder(model: str, batch_size: int, runtime: str, cache_dir: str | None) -> Embedder:
     from rag.embedder import load_embedder
 
-    return load_embedder(model, batch_size, runtime, Path(cache_dir) if cache_dir else None)
+    embedder = load_embedder(model, batch_size, runtime, Path(cache_dir) if cache_dir else None)
+    embedder.embed_queries(["warm up"])  # loads (or, once per machine, exports) the ONNX encoder under the spinner
+    return embedder
 
 
 @st.cache_resource(show_spinner="Opening the index...")
