@@ -304,7 +304,8 @@ def _embedder(model: str, batch_size: int, runtime: str, cache_dir: str | None) 
     from rag.embedder import load_embedder
 
     embedder = load_embedder(model, batch_size, runtime, Path(cache_dir) if cache_dir else None)
-    embedder.embed_queries(["warm up"])  # loads (or, once per machine, exports) the ONNX encoder under the spinner
+    # loads (or, once per machine, exports) the ONNX encoder under the spinner
+    embedder.embed_queries(["warm up"])
     return embedder
 
 
