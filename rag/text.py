@@ -58,6 +58,12 @@ def bm25_tokens(text: str) -> list[str]:
     return list(_bm25_tokens(text))
 
 
+@lru_cache(maxsize=20_000)  # claims are scored against every passage, and passages recur query after query
+def bm25_token_set(text: str) -> frozenset[str]:
+    """The distinct ``bm25_tokens`` of ``text``, for overlap tests."""
+    return frozenset(_bm25_tokens(text))
+
+
 @lru_cache(maxsize=20_000)  # passages and sentences come back query after query; a fresh list each call
 def _bm25_tokens(text: str) -> tuple[str, ...]:
     words = _WORD.findall(normalize(text).lower())

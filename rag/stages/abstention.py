@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
 from rag.stages.claims import Quantity, quantities
-from rag.text import bm25_tokens, normalize, split_sentences
+from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Evidence, Generated, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"
@@ -168,6 +168,13 @@ _PHRASE_END = frozenset(
 )
 
 
+def _by_specificity(terms: Sequence[str], pool: Sequence[str]) -> list[str]:
+    """``terms`` most specific first: those fewest ``pool`` passages contain, then the longer; ties keep their
+    order."""
+    pool_terms = [bm25_token_set(p) for p in pool]
+    return sorted(terms, key=lambda t: (sum(t in ts for ts in pool_terms), -len(t)))
+
+
 def _heads_its_phrase(match: re.Match[str], text: str) -> bool:
     """A "what is the <amount>" match asks for an amount only when the noun ends its phrase: "the salary bands"
     asks for bands (a table), "the meal allowance when ..." and "the amount GitLab pays" for an amount."""
@@ -278,8 +285,7 @@ def missing_answer_type(
         return _has_number(sentence) and _has_unit(sentence, key)
 
     # one of the topic's two most specific words (those fewest ``pool`` passages contain) must be in the passage
-    pool_terms = [set(bm25_tokens(p)) for p in pool]
-    rarest = set(sorted(sorted(topic), key=lambda t: (sum(t in ts for ts in pool_terms), -len(t)))[:2])
+    rarest = set(_by_specificity(sorted(topic), pool)[:2])
     stated = [
         sentence
         for passage in passages
@@ -380,8 +386,7 @@ def missing_focus(
     terms = [t for t in dict.fromkeys(bm25_tokens(focus)) if t not in _ASKING and not t.isdigit()]
     if not terms:
         return None
-    pool_terms = [set(bm25_tokens(p)) for p in pool]
-    key = min(terms, key=lambda t: (sum(t in ts for ts in pool_terms), -len(t)))
+    key = _by_specificity(terms, pool)[0]
     sentences = [sentence for passage in passages for sentence in split_sentences(passage)]
     if any(key in bm25_tokens(sentence) for sentence in sentences):
         return None

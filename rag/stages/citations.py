@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 
-from rag.text import bm25_tokens, split_sentences
+from rag.text import bm25_token_set, split_sentences
 from rag.types import Chunk, Citation, Evidence, Generated
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
@@ -127,15 +126,10 @@ def _passage_text(chunk: Chunk) -> str:
 
 def lexical_support(claim: str, passage: str) -> float:
     """Share of the claim's content tokens that occur in the passage (0.0 for a claim without any)."""
-    tokens = _token_set(claim)
+    tokens = bm25_token_set(claim)
     if not tokens:
         return 0.0
-    return len(tokens & _token_set(passage)) / len(tokens)
-
-
-@functools.lru_cache(maxsize=20_000)  # every claim is scored against every passage; passages recur
-def _token_set(text: str) -> frozenset[str]:
-    return frozenset(bm25_tokens(text))
+    return len(tokens & bm25_token_set(passage)) / len(tokens)
 
 
 def check_citations(

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rag.text import STOPWORDS, bm25_tokens, split_sentences
+from rag.text import STOPWORDS, bm25_token_set, bm25_tokens, split_sentences
 from rag.types import Candidate, Chunk
 
 STAGE = "hop"
@@ -58,10 +58,6 @@ class FollowUp:
     parent_id: str  # the passage whose text named the bridge term
     term: str  # the bridge term
     query: str  # the term plus the question's unanswered words: retrieved with, and reranked against
-
-
-def _token_set(text: str) -> set[str]:
-    return set(bm25_tokens(text))
 
 
 def _shouted(word: str) -> bool:
@@ -128,10 +124,10 @@ def bridge_terms(question: str, text: str, title: str = "", limit: int = 2, head
     taken ("EXP-7" after "Form EXP-7"). Sentences are tried in order of how many question words they share,
     so the term comes from where the passage meets the question.
     """
-    q_tokens = _token_set(question)
-    own = q_tokens | _token_set(title) | _token_set(heading)
+    q_tokens = bm25_token_set(question)
+    own = q_tokens | bm25_token_set(title) | bm25_token_set(heading)
     sentences = split_sentences(text) or [text]
-    ranked = sorted(range(len(sentences)), key=lambda i: (-len(q_tokens & _token_set(sentences[i])), i))
+    ranked = sorted(range(len(sentences)), key=lambda i: (-len(q_tokens & bm25_token_set(sentences[i])), i))
     terms: list[str] = []
     seen: set[frozenset[str]] = set()
     for i in ranked:
@@ -150,7 +146,7 @@ def bridge_terms(question: str, text: str, title: str = "", limit: int = 2, head
 
 def residual_words(question: str, text: str) -> str:
     """The question's content words that ``text`` does not contain: what is still to be found."""
-    have = _token_set(text)
+    have = bm25_token_set(text)
     words = re.findall(r"[\w'’\-]+", question)
     kept = [w for w in words if (t := bm25_tokens(w)) and not set(t) <= have]
     return " ".join(kept)
