@@ -550,8 +550,7 @@ def latency_block(ms: dict[str, list[float]], mine: Sequence[Answer]) -> dict[st
     peers = [label for label in table if label != "ours"]
     best = min(peers, key=lambda label: table[label]["p50"])
     ours, theirs = table["ours"], table[best]
-    to_evidence = latency([sum(v for k, v in a.stages_ms.items() if k not in AFTER_EVIDENCE) for a in mine])
-    names = list(dict.fromkeys(k for a in mine for k in a.stages_ms))
+    to_evidence = through_evidence(mine)
     return {
         "ms": table,
         "peer_compared": best,
@@ -559,8 +558,19 @@ def latency_block(ms: dict[str, list[float]], mine: Sequence[Answer]) -> dict[st
         "speedup_p50": round(theirs["p50"] / ours["p50"], 2),
         "ours_through_evidence_ms": to_evidence,
         "ours_through_evidence_ratio": {p: round(to_evidence[p] / theirs[p], 3) for p in ("p50", "p95")},
-        "ours_stages_ms": {k: latency([a.stages_ms[k] for a in mine if k in a.stages_ms]) for k in names},
+        "ours_stages_ms": stage_latencies(mine),
     }
+
+
+def through_evidence(mine: Sequence[Answer]) -> dict[str, float]:
+    """Latency of our stages up to the packed evidence (the peer's last step)."""
+    return latency([sum(v for k, v in a.stages_ms.items() if k not in AFTER_EVIDENCE) for a in mine])
+
+
+def stage_latencies(mine: Sequence[Answer]) -> dict[str, dict[str, float]]:
+    """Latency of each of our traced stages, in the order they run."""
+    names = dict.fromkeys(k for a in mine for k in a.stages_ms)
+    return {k: latency([a.stages_ms[k] for a in mine if k in a.stages_ms]) for k in names}
 
 
 def run_scifact(
@@ -1197,7 +1207,7 @@ def run_users_suite(
     table = {label: latency(v) for label, v in ms.items()}
     peers = [label for label in table if label != "ours"]
     best = min(peers, key=lambda label: table[label]["p50"])
-    through = latency([sum(v for k, v in a.stages_ms.items() if k not in AFTER_EVIDENCE) for a in mine])
+    through = through_evidence(mine)
     return {
         "split": split,
         "questions_in_split": len(in_split),
@@ -1222,10 +1232,7 @@ def run_users_suite(
             "ratio_through_evidence_over_theirs": {
                 p: ratio(through[p], table[best][p]) for p in ("p50", "p95")
             },
-            "ours_stages_ms": {
-                k: latency([a.stages_ms[k] for a in mine if k in a.stages_ms])
-                for k in dict.fromkeys(k for a in mine for k in a.stages_ms)
-            },
+            "ours_stages_ms": stage_latencies(mine),
         },
         "per_question": per_question,
     }
