@@ -6,7 +6,7 @@ import pytest
 
 from rag.stages.prompt import EVIDENCE_END, EVIDENCE_START, SYSTEM, build_prompt, passage_header
 from rag.text import count_tokens
-from rag.types import Evidence
+from rag.types import Chunk, Evidence
 from tests.stages.factories import make_candidate, make_chunk
 
 QUESTION = "What is the refund window, and can I refund a gift card?"
@@ -188,34 +188,21 @@ def test_passage_header(section: str, page: int | None, page_end: int | None, ex
 
 
 def test_a_passage_continuing_the_one_before_reads_as_one_text() -> None:
-    first = make_chunk(
-        "Receipts are required for:",
-        doc_id="exp",
-        ordinal=1,
-        next_id="exp:2",
-        title="Expenses",
-        section="Expenses > 1. Receipts",
-        page=2,
-    )
-    same_page = make_chunk(
-        "- hotels\n- flights",
-        doc_id="exp",
-        ordinal=2,
-        prev_id="exp:1",
-        next_id="exp:3",
-        title="Expenses",
-        section="Expenses > 1. Receipts",
-        page=2,
-    )
-    next_page = make_chunk(
-        "- meals over 20 EUR",
-        doc_id="exp",
-        ordinal=3,
-        prev_id="exp:2",
-        title="Expenses",
-        section="Expenses > 1. Receipts",
-        page=3,
-    )
+    def receipts(text: str, ordinal: int, page: int) -> Chunk:  # chunks 1-3 of one section, in order
+        return make_chunk(
+            text,
+            doc_id="exp",
+            ordinal=ordinal,
+            prev_id=f"exp:{ordinal - 1}" if ordinal > 1 else None,
+            next_id=f"exp:{ordinal + 1}" if ordinal < 3 else None,
+            title="Expenses",
+            section="Expenses > 1. Receipts",
+            page=page,
+        )
+
+    first = receipts("Receipts are required for:", 1, page=2)
+    same_page = receipts("- hotels\n- flights", 2, page=2)
+    next_page = receipts("- meals over 20 EUR", 3, page=3)
     other = make_chunk("Gift cards are not refundable.", doc_id="refunds", ordinal=5)
     chain = [first, same_page, next_page, other]
     user = build_prompt(QUESTION, [Evidence(i + 1, make_candidate(c), i) for i, c in enumerate(chain)]).user
