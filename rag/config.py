@@ -108,6 +108,17 @@ class Settings(BaseSettings):
         default=False,
         description="Drop candidates under the abstention threshold from the evidence even when K has room.",
     )
+    section_context_weight: float = Field(
+        default=1.5,
+        ge=0.0,
+        description="How far a passage ranks up when its section holds the request's best passages: its rerank "
+        "logit plus this x its best section sibling's score over the best score (0 turns it off).",
+    )
+    section_context_window: int | None = Field(
+        default=None,
+        ge=1,
+        description="Siblings count only within this many chunks of each other (None: the whole section).",
+    )
     answer_check_k: int | None = Field(
         default=6,
         ge=1,

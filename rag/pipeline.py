@@ -50,6 +50,7 @@ from rag.stages.claims import (
     summary,
     verified,
 )
+from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import address_report, check_addresses, extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
@@ -590,6 +591,13 @@ class Pipeline:
         return support
 
     @property
+    def _scores_are_probabilities(self) -> bool:
+        """Whether rerank scores read as P(relevant): every reranker but "none", whose scores are RRF scores."""
+        from rag.rerank import NoReranker
+
+        return not isinstance(self.reranker, NoReranker)
+
+    @property
     def abstain_threshold(self) -> float:
         if self.settings.abstain_threshold is not None:
             return self.settings.abstain_threshold
@@ -641,9 +649,26 @@ class Pipeline:
             kept, drops = remove_near_duplicates(reranked, threshold=s.dedup_threshold)
             dropped += drops
             d["dropped"] = len(drops)
+        fill_order = kept
+        if s.section_context_weight and kept and self._scores_are_probabilities:
+            # the budget's fill order only: the ranking (candidates, SciFact's nDCG) stays the reranker's
+            with rec.stage("context") as d:
+                fill_order = rank_by_section_context(
+                    kept, weight=s.section_context_weight, window=s.section_context_window
+                )
+                before = {c.chunk_id: rank for rank, c in enumerate(kept, start=1)}
+                d.update(
+                    weight=s.section_context_weight,
+                    window=s.section_context_window,
+                    raised=[
+                        {"chunk_id": c.chunk_id, "from": before[c.chunk_id], "to": rank}
+                        for rank, c in enumerate(fill_order, start=1)
+                        if before[c.chunk_id] > rank
+                    ],
+                )
         with rec.stage("budget") as d:
             selected, drops = apply_budget(
-                kept,
+                fill_order,
                 coverage.covered(intents),
                 k=k,
                 token_budget=plan.token_budget,
