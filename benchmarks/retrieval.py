@@ -41,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -116,10 +116,12 @@ def run(
     depth: int = 100,
     log: Any = None,
     per_query: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score every system on ``queries`` over the index already ingested in ``data_dir``.
 
     ``per_query=True`` adds ``per_query``: every system's metrics for each query, in query order (for intervals).
+    ``overrides`` are settings for the pipeline (``rag eval suite --set``), as for the other suites.
     """
     from rag.config import load_settings
     from rag.factory import build_pipeline
@@ -129,7 +131,7 @@ def run(
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 
-    settings = load_settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir, **(overrides or {}))
     pipeline = build_pipeline(settings)
     reader = pipeline.reader
     n_chunks = len(reader.generation.chunks)

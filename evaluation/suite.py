@@ -28,7 +28,7 @@ import random
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -319,10 +319,12 @@ def run_hotpot(
     return out
 
 
-def run_scifact(data_dir: Path, queries: Sequence[Any]) -> dict[str, Any]:
+def run_scifact(
+    data_dir: Path, queries: Sequence[Any], overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     from benchmarks.retrieval import run
 
-    result = run(data_dir, queries, per_query=True)
+    result = run(data_dir, queries, per_query=True, overrides=overrides)
     rows = result["per_query"]["pipeline"]
     out = {"queries": len(rows), "index": result["index"]}
     for metric in ("ndcg@10", "recall@100"):
@@ -421,7 +423,7 @@ def run_suites(
         data_dir = ingest_corpus(paths, corpus, log)
         if corpus == "scifact" and "scifact" in suites:
             log("scifact: ranking the split's queries")
-            out["scifact"] = run_scifact(data_dir, scifact_queries(paths, split))
+            out["scifact"] = run_scifact(data_dir, scifact_queries(paths, split), overrides)
         pipeline = build_pipeline(load_settings(data_dir=data_dir, **overrides))
         settings_seen = {
             "reranker": pipeline.reranker.name,
