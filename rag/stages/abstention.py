@@ -155,7 +155,8 @@ _ASKING = frozenset(
         "how many much long often exactly many number amount total maximum minimum least most need needs have "
         "has get gets got do does did can could would should must allow allowed required require we our us you "
         "your i my me they them there this that what which who when where why if so also just really actually "
-        "time times day days year years month months week weeks hour hours minute minutes percent dollars"
+        "time times day days year years month months week weeks hour hours minute minutes percent dollars "
+        "anything anyone something someone everything nothing else"
     )
 )
 
@@ -341,7 +342,7 @@ def missing_choice(intent_text: str, passages: Sequence[str]) -> str | None:
 # "Is there any severance pay?" presupposes a thing; passages that never mention it (or anything close to it)
 # cannot say yes or no, however well they match the rest of the question ("laid off").
 _EXISTENCE = re.compile(
-    r"(?:^|[,;:]\s*|\b(?:and|so|then|but)\s+)"
+    r"(?:^|(?<=[.!?])\s+|[,;:]\s*|\b(?:and|so|then|but)\s+)"
     r"(?:(?:is|are)\s+there|(?:do|does|will|would)\s+(?:\w+\s+){1,2}?(?:get|offer|provide|receive|match|give|pay))"
     r"\s+(?:any\s+|a\s+|an\s+|some\s+)?(?P<focus>[^?.;,]+)",
     re.IGNORECASE,

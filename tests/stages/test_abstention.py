@@ -371,6 +371,17 @@ def test_the_existence_check_applies_only_to_clauses_asking_whether_something_ex
     assert missing_focus("Do I get paid annual leave?", leave) is None  # "annual" is mentioned
 
 
+def test_the_existence_check_reads_the_question_after_the_scenario_told_before_it() -> None:
+    from rag.stages.abstention import missing_focus
+
+    leave = ["Employees receive 25 days of paid annual leave."]
+    why = missing_focus("I work from home full time. Is there a stipend for my internet bill?", leave)
+    assert why == 'no passage mentions "stipend for my internet bill"'
+    assert missing_focus("My leave ends soon! Does the company offer a bike allowance?", leave) is not None
+    # "anything" is not a thing whose existence the evidence must name
+    assert missing_focus("My anniversary is coming up. Do I get anything?", leave) is None
+
+
 def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
     from rag.stages.abstention import missing_focus
 
