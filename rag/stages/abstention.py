@@ -146,7 +146,12 @@ _ASK_UNIT = re.compile(
     r"|\b(?:which|what)\s+(?P<date>dates?)\b"
     r"|\bwhat(?:'s|\s+is|\s+are)\s+the\s+(?:[a-z-]+\s+){0,2}?"
     r"(?P<amount>amount|deductible|stipend|allowance|fee|cost|price|salary|reimbursement)s?\b"
-    r"|\bhow\s+much\b(?!\s+(?:time|notice|leave|detail|information))(?P<money>)",
+    # "how much" asks for money when a verb, a pronoun, "per" or a money noun follows ("how much can I claim",
+    # "how much per day", "how much life insurance"), not when another noun does ("how much heads-up",
+    # "how much paid leave", "how much of my week")
+    r"|\bhow\s+much\b(?=\s*(?:[?.,;:)]|$)|\s+(?:(?:do|does|did|can|could|will|would|should|shall|may|might|must|"
+    r"is|are|was|were|am|i|we|you|they|it|he|she|per)\b|(?:[a-z-]+\s+)?(?:money|cash|insurance|coverage|pay|"
+    r"salary|compensation|budget|funding|bonus|allowance|stipend|reimbursement)\b|[$€£]))(?P<money>)",
     re.IGNORECASE,
 )
 # Words a question uses to ask, not to say what it is about.

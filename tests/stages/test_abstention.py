@@ -228,6 +228,20 @@ def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
     )
 
 
+def test_how_much_asks_for_money_only_when_no_other_noun_is_counted() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    notice = ["Give your manager at least two weeks' notice before time off."]
+    assert missing_answer_type("How much heads-up does my manager need?", notice) is None
+    assert missing_answer_type("How much paid parental leave do I get?", notice) is None
+    passages = ["Books are claimed in the expense tool; life insurance is offered."]
+    for money in ("How much can I claim for a book?", "How much life insurance do I get?"):
+        why = missing_answer_type(money, passages)
+        assert why is not None and "amounts" in why, money
+    why = missing_answer_type("how much is it?", passages, context="Is there a book stipend? how much is it?")
+    assert why is not None and "amounts" in why
+
+
 def test_the_counted_noun_may_carry_modifiers_and_percent_and_cents_are_quantities() -> None:
     from rag.stages.abstention import missing_answer_type
 
