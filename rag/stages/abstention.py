@@ -368,6 +368,13 @@ _QUALIFIED = re.compile(
 )
 
 
+# "Is there a way to report anonymously?" asks whether something can be done, not whether a thing exists: the
+# words that say what are verbs and their objects, which a passage paraphrases ("an anonymous hotline").
+_CAPABILITY = re.compile(
+    r"(?:way|option|possibility|chance|process|procedure|means)s?\s+(?:to|for|of)\b", re.IGNORECASE
+)
+
+
 def missing_focus(
     intent_text: str,
     passages: Sequence[str],
@@ -389,6 +396,8 @@ def missing_focus(
     if match is None:
         return None
     focus = match.group("focus").strip()
+    if _CAPABILITY.match(focus):
+        return None
     terms = [t for t in dict.fromkeys(bm25_tokens(focus)) if t not in _ASKING and not t.isdigit()]
     if not terms:
         return None

@@ -392,6 +392,10 @@ def test_the_existence_check_reads_the_question_after_the_scenario_told_before_i
     why = missing_focus("I work from home full time. Is there a stipend for my internet bill?", leave)
     assert why == 'no passage mentions "stipend for my internet bill"'
     assert missing_focus("My leave ends soon! Does the company offer a bike allowance?", leave) is not None
+    # "a way to ..." asks whether something can be done: a paraphrase ("a hotline") answers it
+    hotline = ["Team members can call the hotline and stay anonymous."]
+    assert missing_focus("Is there a way to report a coworker without giving my name?", hotline) is None
+    assert missing_focus("Is there an option for paid sabbaticals?", hotline) is None
     # "anything" is not a thing whose existence the evidence must name
     assert missing_focus("My anniversary is coming up. Do I get anything?", leave) is None
 
