@@ -371,7 +371,8 @@ _QUALIFIED = re.compile(
 # "Is there a way to report anonymously?" asks whether something can be done, not whether a thing exists: the
 # words that say what are verbs and their objects, which a passage paraphrases ("an anonymous hotline").
 _CAPABILITY = re.compile(
-    r"(?:way|option|possibility|chance|process|procedure|means)s?\s+(?:to|for|of)\b", re.IGNORECASE
+    r"(?:way|option|possibility|chance|process|procedure|means)s?\s+(?:to\s|(?:for|of)\s+\w+ing\b)",
+    re.IGNORECASE,
 )
 
 

@@ -395,7 +395,8 @@ def test_the_existence_check_reads_the_question_after_the_scenario_told_before_i
     # "a way to ..." asks whether something can be done: a paraphrase ("a hotline") answers it
     hotline = ["Team members can call the hotline and stay anonymous."]
     assert missing_focus("Is there a way to report a coworker without giving my name?", hotline) is None
-    assert missing_focus("Is there an option for paid sabbaticals?", hotline) is None
+    assert missing_focus("Is there a process for reporting a coworker anonymously?", hotline) is None
+    assert missing_focus("Is there an option for paid sabbaticals?", hotline) is not None  # a thing, named
     # "anything" is not a thing whose existence the evidence must name
     assert missing_focus("My anniversary is coming up. Do I get anything?", leave) is None
 
