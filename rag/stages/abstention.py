@@ -174,6 +174,18 @@ _PHRASE_END = frozenset(
 )
 
 
+_NEGATED = re.compile(r"n't\b", re.IGNORECASE)
+_CLITIC = re.compile(r"'(?:m|s|re|ve|d|ll)\b", re.IGNORECASE)
+
+
+def _question_terms(text: str) -> list[str]:
+    """``bm25_tokens`` of a question with its contractions undone: "I'm" and "what's" are not topic words (kept
+    whole, "im" is rarer in a handbook than any word it is about), and "don't" keeps its "not"."""
+    text = normalize(text)
+    text = re.sub(r"\bcan't\b", "can not", re.sub(r"\bwon't\b", "will not", text, flags=re.I), flags=re.I)
+    return bm25_tokens(_CLITIC.sub("", _NEGATED.sub(" not", text)))
+
+
 def _by_specificity(terms: Sequence[str], pool: Sequence[str]) -> list[str]:
     """``terms`` most specific first: those fewest ``pool`` passages contain, then the longer; ties keep their
     order."""
@@ -278,8 +290,8 @@ def missing_answer_type(
     if match is None:
         return None
     key = _unit_key(match)
-    asked = intent_text if set(bm25_tokens(intent_text)) - _ASKING else f"{context} {intent_text}"
-    topic = set(bm25_tokens(asked)) - _ASKING
+    asked = intent_text if set(_question_terms(intent_text)) - _ASKING else f"{context} {intent_text}"
+    topic = set(_question_terms(asked)) - _ASKING
     if not topic:
         return None
 
@@ -399,7 +411,7 @@ def missing_focus(
     focus = match.group("focus").strip()
     if _CAPABILITY.match(focus):
         return None
-    terms = [t for t in dict.fromkeys(bm25_tokens(focus)) if t not in _ASKING and not t.isdigit()]
+    terms = [t for t in dict.fromkeys(_question_terms(focus)) if t not in _ASKING and not t.isdigit()]
     if not terms:
         return None
     key = _by_specificity(terms, pool)[0]
