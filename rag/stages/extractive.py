@@ -6,6 +6,7 @@ instructions: sentences that address an AI ("ignore previous instructions", "you
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ class _Sentence:
     tokens: frozenset[str]
     table: int | None = None  # rows of one table share a number: one row answers, the others are near-copies
     row: str = ""  # a table row's own text (``text`` is the row read with the table's first line)
+    asks: bool = False  # a question ("Does the budget roll over?"): an FAQ's answer is the sentence after it
 
 
 def looks_like_injection(sentence: str) -> bool:
@@ -198,7 +200,8 @@ def _sentences(evidence: Sequence[Evidence]) -> list[_Sentence]:
                 continue
             rows = _table_rows(text)
             if rows is None:
-                out.append(_Sentence(text, ev.n, frozenset(bm25_tokens(text))))
+                asks = text.rstrip().endswith("?")
+                out.append(_Sentence(text, ev.n, frozenset(bm25_tokens(text)), asks=asks))
                 continue
             table = len(out)  # the header alone answers nothing: each row is read with it
             for row in rows[1:]:
@@ -220,6 +223,21 @@ def _scores(score: ScoreFn, query: str, sents: Sequence[_Sentence]) -> list[floa
     for j, i in enumerate(rows):
         scores[i] = 0.5 * (scores[i] + scores[len(texts) + j])
     return scores[: len(texts)]
+
+
+def _answered_questions(scores: Sequence[float], sents: Sequence[_Sentence]) -> list[float]:
+    """A question in the evidence is not an answer: it hands its score to the sentence after it in the same
+    passage (an FAQ's answer, which shares few words with the user's question) when that scores lower, and
+    cannot be quoted itself."""
+    out = list(scores)
+    for i, sent in enumerate(sents):
+        if not sent.asks:
+            continue
+        after = i + 1
+        if after < len(sents) and sents[after].n == sent.n and not sents[after].asks:
+            out[after] = max(out[after], scores[i])
+        out[i] = -math.inf
+    return out
 
 
 def _near_duplicate(a: _Sentence, b: _Sentence) -> bool:
@@ -267,7 +285,7 @@ def extractive_answer(
     extras: list[tuple[float, int, int]] = []  # (-score, intent position, sentence index)
     uncovered: list[Intent] = []
     for pos, intent in enumerate(intents):
-        scores = _scores(score, intent.text, sents)
+        scores = _answered_questions(_scores(score, intent.text, sents), sents)
         numeric = asks_for_number(intent.text) or (len(intents) == 1 and asks_for_number(question))
         order = _ordered(scores, sents, min_score=min_score, numeric=numeric)
         taken = [i for ids in chosen.values() for i in ids]

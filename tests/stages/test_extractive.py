@@ -98,6 +98,21 @@ def test_an_injected_instruction_is_never_chosen_even_if_it_scores_best() -> Non
     assert out.text.startswith("Customers may request a refund within 45 days of purchase. [2]")
 
 
+def test_a_question_in_the_evidence_is_not_quoted_its_faq_answer_is() -> None:
+    evidence = [
+        ev(1, "Does the budget roll over? No. Unspent funds lapse on 31 December. Ask your manager first."),
+        ev(2, "The budget is set each January by the finance team."),
+    ]
+    out = extractive_answer(
+        "Does my unused budget roll over into next year?", [], evidence, score=overlap_score, max_sentences=1
+    )
+    assert lines(out.text)[0] == "No. Unspent funds lapse on 31 December. [1]"
+    assert "?" not in out.text
+    # a question that closes its passage hands its score to nothing and is still never quoted
+    tail = [ev(1, "The budget is set each January. Does the budget roll over?")]
+    assert "?" not in extractive_answer("Does the budget roll over?", [], tail, score=overlap_score).text
+
+
 @pytest.mark.parametrize(
     "sentence",
     [
