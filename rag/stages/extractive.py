@@ -225,17 +225,28 @@ def _scores(score: ScoreFn, query: str, sents: Sequence[_Sentence]) -> list[floa
     return scores[: len(texts)]
 
 
-def _answered_questions(scores: Sequence[float], sents: Sequence[_Sentence]) -> list[float]:
-    """A question in the evidence is not an answer: it hands its score to the sentence after it in the same
-    passage (an FAQ's answer, which shares few words with the user's question) when that scores lower, and
-    cannot be quoted itself."""
+def _continuations(evidence: Sequence[Evidence]) -> set[tuple[int, int]]:
+    """(n, m) for evidence passages where passage m is the chunk that follows passage n in its document."""
+    at = {e.candidate.chunk_id: e.n for e in evidence}
+    return {(e.n, at[nxt]) for e in evidence if (nxt := e.candidate.chunk.next_id) is not None and nxt in at}
+
+
+def _answered_questions(
+    scores: Sequence[float], sents: Sequence[_Sentence], continues: set[tuple[int, int]] | None = None
+) -> list[float]:
+    """A question in the evidence is not an answer: it hands its score to the sentence after it (an FAQ's
+    answer, which shares few words with the user's question) when that scores lower, and cannot be quoted
+    itself. The sentence after it is in the same passage, or opens the passage that continues it (a chunk can
+    end on the question)."""
     out = list(scores)
     for i, sent in enumerate(sents):
         if not sent.asks:
             continue
-        after = i + 1
-        if after < len(sents) and sents[after].n == sent.n and not sents[after].asks:
-            out[after] = max(out[after], scores[i])
+        nxt = next((j for j in range(i + 1, len(sents)) if sents[j].n == sent.n), None)
+        if nxt is None and continues:  # the question closes its passage: its answer opens the continuation
+            nxt = next((j for j, s in enumerate(sents) if (sent.n, s.n) in continues), None)
+        if nxt is not None and not sents[nxt].asks:
+            out[nxt] = max(out[nxt], scores[i])
         out[i] = -math.inf
     return out
 
@@ -280,12 +291,13 @@ def extractive_answer(
     is named as not covered; when no intent is covered the answer says the evidence does not answer.
     """
     sents = _sentences(evidence)
+    continues = _continuations(evidence)
     intents = list(intents) or [Intent(0, question)]
     chosen: dict[int, list[int]] = {}
     extras: list[tuple[float, int, int]] = []  # (-score, intent position, sentence index)
     uncovered: list[Intent] = []
     for pos, intent in enumerate(intents):
-        scores = _answered_questions(_scores(score, intent.text, sents), sents)
+        scores = _answered_questions(_scores(score, intent.text, sents), sents, continues)
         numeric = asks_for_number(intent.text) or (len(intents) == 1 and asks_for_number(question))
         order = _ordered(scores, sents, min_score=min_score, numeric=numeric)
         taken = [i for ids in chosen.values() for i in ids]

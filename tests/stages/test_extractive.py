@@ -108,6 +108,18 @@ def test_a_question_in_the_evidence_is_not_quoted_its_faq_answer_is() -> None:
     )
     assert lines(out.text)[0] == "No. Unspent funds lapse on 31 December. [1]"
     assert "?" not in out.text
+    # a chunk that ends on the question: its answer opens the chunk that continues it
+    first = make_chunk(
+        "The budget is set each January. Does the budget roll over?", ordinal=1, next_id="doc-a:2"
+    )
+    second = make_chunk(
+        "Unspent funds lapse on 31 December. Receipts go to finance.", ordinal=2, prev_id="doc-a:1"
+    )
+    split = [Evidence(1, make_candidate(first), 0), Evidence(2, make_candidate(second), 0)]
+    out = extractive_answer(
+        "Does my unused budget roll over?", [], split, score=overlap_score, max_sentences=1
+    )
+    assert lines(out.text)[0] == "Unspent funds lapse on 31 December. [2]"
     # a question that closes its passage hands its score to nothing and is still never quoted
     tail = [ev(1, "The budget is set each January. Does the budget roll over?")]
     assert "?" not in extractive_answer("Does the budget roll over?", [], tail, score=overlap_score).text
