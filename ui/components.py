@@ -368,6 +368,13 @@ def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
     """Every candidate with all its scores and what became of it."""
     final = {e["chunk_id"]: e["n"] for e in trace.get("evidence") or []}
     dropped = {d["chunk_id"]: f"{d['stage']}: {d['reason']}" for d in trace.get("dropped") or []}
+    # the budget fills in section-context order: a passage a better one of its section lifted says so
+    raised = {
+        r["chunk_id"]: r
+        for s in trace.get("stages") or []
+        if s.get("name") == "context"
+        for r in (s.get("detail") or {}).get("raised") or []
+    }
     rows = []
     for c in trace.get("candidates") or []:
         cid = c["chunk_id"]
@@ -377,6 +384,8 @@ def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
             fate = f"dropped ({dropped[cid]})"
         else:
             fate = "not selected"
+        if cid in raised:
+            fate += f"; raised by its section in the budget's order ({raised[cid]['from']} -> {raised[cid]['to']})"
         rows.append(
             {
                 "rerank rank": c.get("rerank_rank"),
