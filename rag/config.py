@@ -111,8 +111,8 @@ class Settings(BaseSettings):
     section_context_weight: float = Field(
         default=1.5,
         ge=0.0,
-        description="How far a passage ranks up when its section holds the request's best passages: its rerank "
-        "logit plus this x its best section sibling's score over the best score (0 turns it off).",
+        description="How far a passage ranks up in the budget's fill order when a better passage of its own "
+        "section was found: its rerank logit plus this x that passage's score over the best score (0: off).",
     )
     section_context_window: int | None = Field(
         default=None,

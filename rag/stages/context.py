@@ -37,8 +37,8 @@ def context_scores(
 
     A sibling is another candidate of the same document and section path, and, with ``window``, at most
     ``window`` chunks away in the document. Only a sibling ranked above lends support, so a section's best
-    passage keeps its score and sections keep their order: a weaker passage follows its section's best, and a
-    section is not raised for being long (many chunks, each lending the others support).
+    passage keeps its score: a weaker passage follows its section's best, and no section's best is raised by
+    the many weaker chunks of a long section (abstracts of several chunks did that to SciFact's ranking).
     """
     scores = [c.rerank_score for c in ranked]
     if not ranked or any(s is None for s in scores):

@@ -242,7 +242,7 @@ def _answered_questions(
     for i, sent in enumerate(sents):
         if not sent.asks:
             continue
-        nxt = next((j for j in range(i + 1, len(sents)) if sents[j].n == sent.n), None)
+        nxt = i + 1 if i + 1 < len(sents) and sents[i + 1].n == sent.n else None  # a passage's are contiguous
         if nxt is None and continues:  # the question closes its passage: its answer opens the continuation
             nxt = next((j for j, s in enumerate(sents) if (sent.n, s.n) in continues), None)
         if nxt is not None and not sents[nxt].asks:
