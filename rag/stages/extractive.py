@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from rag.stages.abstention import quote_user_text
-from rag.text import bm25_tokens, split_sentences
+from rag.text import bm25_tokens, collapse_ws, split_sentences
 from rag.types import Evidence, Generated, Intent
 
 MODEL = "extractive"
@@ -336,7 +336,9 @@ def extractive_answer(
 def _compose(sents: Sequence[_Sentence], chosen: dict[int, list[int]], uncovered: Sequence[Intent]) -> str:
     if not chosen:
         return NO_ANSWER
-    lines = [f"{sents[i].text} [{sents[i].n}]" for pos in sorted(chosen) for i in chosen[pos]]
+    # one line per quoted sentence: a sentence that spans lines in its passage (a list item, a table cell) is
+    # joined, so no answer line is left without its [n]
+    lines = [f"{collapse_ws(sents[i].text)} [{sents[i].n}]" for pos in sorted(chosen) for i in chosen[pos]]
     if uncovered:
         missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
         lines.append(f"The provided evidence does not cover: {missing}.")

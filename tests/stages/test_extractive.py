@@ -51,6 +51,18 @@ def test_one_verbatim_sentence_per_intent_in_intent_order_with_its_passage_id() 
     ]
 
 
+def test_a_sentence_that_spans_lines_in_its_passage_is_quoted_on_one_line_with_its_id() -> None:
+    evidence = [
+        ev(
+            1,
+            "(1) Passwords last at most 60 days for every account.\n(a) Passwords cannot change within a day.",
+        )
+    ]
+    out = extractive_answer("How long do passwords last?", [], evidence, score=overlap_score, max_sentences=1)
+    body = [line for line in lines(out.text) if not line.startswith("Sources:")]
+    assert body and all(line.endswith("[1]") for line in body), out.text
+
+
 def test_the_answer_passes_the_citation_check() -> None:
     out = extractive_answer("q", TWO, EVIDENCE, score=overlap_score)
     citations = check_citations(out.text, EVIDENCE)
