@@ -24,6 +24,10 @@ from rag.config import Settings
 from rag.text import count_tokens, split_sentences
 from rag.types import Chunk, chunk_id_for
 
+# The chunking rules' version: bump it when they change, so the next ingestion re-chunks files whose bytes did
+# not change (their unchanged chunk texts are not embedded again: the embedding cache keys on the text).
+CHUNKER_VERSION = 1
+
 SECTION_SEP = " > "
 MAX_LABEL_CHARS = 120
 
@@ -71,6 +75,14 @@ class _Section:
 
 # ---------------------------------------------------------------------------------------------------------
 # Public entry point
+
+
+def chunking_signature(settings: Settings) -> str:
+    """What a file's chunks depend on besides its bytes: the rules' version and the chunk sizes."""
+    return (
+        f"v{CHUNKER_VERSION}:{settings.chunk_target_tokens}/{settings.chunk_max_tokens}/"
+        f"{settings.chunk_min_tokens}"
+    )
 
 
 def chunk_document(doc: SourceDocument, settings: Settings) -> list[Chunk]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ingest.chunking import chunk_document
+from ingest.chunking import chunk_document, chunking_signature
 from ingest.sources import SourceDocument, discover, file_version, load_file
 from rag.config import Settings
 from rag.embedder import Embedder, embedder_for, passage_text
@@ -274,6 +274,9 @@ def ingest(
                 f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
             )
         given: set[str] = set()  # every source named this run, read or not (for ``exact``)
+        chunking = chunking_signature(
+            settings
+        )  # new rules or sizes re-chunk a file whose bytes are unchanged
         for i, path in enumerate(files):
             if progress:
                 progress("read", i, len(files))
@@ -285,7 +288,7 @@ def ingest(
                 report.files.append(FileResult(source, "failed", "unreadable", message=str(exc)))
                 continue
             known = old_sources.get(source)
-            if known and known["version"] == version:
+            if known and known["version"] == version and known.get("chunking") == chunking:
                 n = sum(len(old_docs[d]["chunk_ids"]) for d in known["doc_ids"] if d in old_docs)
                 report.files.append(FileResult(source, "unchanged", chunks=n))
                 continue
@@ -312,7 +315,7 @@ def ingest(
             ids = [doc.doc_id for doc, chunks in chunked if chunks]
             if known:  # documents that were in this file before but are not any more
                 removed_docs.update(d for d in known["doc_ids"] if d not in ids)
-            new_sources[source] = {"version": version, "doc_ids": ids}
+            new_sources[source] = {"version": version, "doc_ids": ids, "chunking": chunking}
             report.files.append(FileResult(source, "indexed", chunks=sum(len(c) for _, c in chunked)))
         report.timings["read_chunk"] = time.perf_counter() - t
 
@@ -328,6 +331,10 @@ def ingest(
         # not a set: the chunk order (and so every BM25 and dense tie) must not depend on the hash seed.
         changed = [d for d, (doc, chunks) in new_docs.items() if old_docs.get(d) != _doc_entry(doc, chunks)]
         removed_docs -= set(new_docs)
+        # files re-chunked under new rules or sizes into the same chunks: record that, or every run reads them again
+        rechunked = any(
+            old_sources.get(s, {}).get("chunking") != e.get("chunking") for s, e in new_sources.items()
+        )
         writers = open_index_writers(settings)
         try:
             published = _write_generation(
@@ -342,6 +349,7 @@ def ingest(
                 removed_docs=removed_docs,
                 embedder=embedder,
                 progress=progress,
+                rechunked=rechunked,
             )
         finally:
             for writer in writers:
@@ -365,18 +373,20 @@ def _write_generation(
     removed_docs: set[str],
     embedder: Embedder | None,
     progress: ProgressFn | None,
+    rechunked: bool = False,
 ) -> bool:
     """Embed what changed, write the next generation through ``writers`` and publish it; True when it did.
 
     A run that changes nothing writes nothing, unless a writer finds its part of the published generation stale
-    (an index that predates the sparse BM25 leg, a Qdrant server that lacks the published generation): then the
-    generation is rebuilt even though no file changed.
+    (an index that predates the sparse BM25 leg, a Qdrant server that lacks the published generation), or files
+    were ``rechunked`` under new chunking rules or sizes (the manifest records them, with nothing to embed):
+    then the generation is rebuilt even though no chunk changed.
     """
     data_dir = Path(settings.data_dir)
     model_name = settings.embedding_model
     old_docs = dict(manifest.documents) if manifest else {}
     upgrade = manifest is not None and any(w.is_stale(manifest) for w in writers)
-    if not changed and not removed_docs and not upgrade:
+    if not changed and not removed_docs and not upgrade and not rechunked:
         if current_name:
             for writer in writers:  # a run that died between publishing the folder and publishing a store
                 writer.publish(current_name)

@@ -61,6 +61,34 @@ def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, 
     assert after == {p: t for p, t in snapshot.items() if p.name != "ingest.lock"}
 
 
+def test_new_chunk_sizes_or_rules_rechunk_files_whose_bytes_did_not_change(
+    tmp_path: Path,
+    embedder,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ingest.chunking as chunking
+
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    (docs / "long.md").write_text(
+        "# Handbook\n\n## Leave\n\n"
+        + "\n\n".join(f"Rule {i}: leave request number {i} needs approval." for i in range(30))
+    )
+    first = ingest([str(docs)], load_settings(data_dir=data), embedder=embedder)
+    assert first.ok and first.totals["indexed"] == 3
+    smaller = load_settings(data_dir=data, chunk_target_tokens=40, chunk_max_tokens=60, chunk_min_tokens=8)
+    resized = ingest([str(docs)], smaller, embedder=embedder)
+    assert resized.totals["indexed"] == 3 and resized.totals["unchanged"] == 0  # every file read again
+    assert resized.published and resized.totals["chunks"] > first.totals["chunks"]  # the long one split finer
+    assert ingest([str(docs)], smaller, embedder=embedder).totals["unchanged"] == 3  # and then it settles
+
+    monkeypatch.setattr(chunking, "CHUNKER_VERSION", chunking.CHUNKER_VERSION + 1)
+    upgraded = ingest([str(docs)], smaller, embedder=embedder)
+    assert upgraded.totals["indexed"] == 3 and upgraded.embedded == 0  # the same chunks: nothing embedded
+    assert upgraded.published  # the manifest records the new rules, so the next run reads nothing again
+    assert ingest([str(docs)], smaller, embedder=embedder).totals["unchanged"] == 3
+
+
 class RecordingWriter:
     """Forwards to a real writer and records what ingestion asked of it."""
 
