@@ -26,7 +26,7 @@ from rag.types import Chunk, chunk_id_for
 
 # The chunking rules' version: bump it when they change, so the next ingestion re-chunks files whose bytes did
 # not change (their unchanged chunk texts are not embedded again: the embedding cache keys on the text).
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2
 
 SECTION_SEP = " > "
 MAX_LABEL_CHARS = 120
@@ -34,6 +34,7 @@ MAX_LABEL_CHARS = 120
 # Boundary costs for the packer (a chunk itself costs 1.0; a chunk at the hard maximum costs about 2.0).
 COST_MID_SENTENCE = 20.0
 COST_AFTER_INTRO = 3.0  # after "... the following:" -- the list belongs to its introduction
+COST_AFTER_QUESTION = 3.0  # after "Does the budget roll over?" -- an FAQ's answer belongs to its question
 COST_CONTINUATION = 2.0  # before a line that continues the previous one in lowercase
 COST_TABLE_ROW = 1.5
 COST_LIST_ITEM = 0.5
@@ -680,6 +681,8 @@ def _cut_cost(before: _Piece, after: _Piece) -> float:
         cost += COST_IN_PARAGRAPH
     if before.text.rstrip().endswith(":"):
         cost += COST_AFTER_INTRO
+    if before.text.rstrip().endswith("?"):
+        cost += COST_AFTER_QUESTION
     if before.kind in ("row", "line") and after.kind in ("row", "line"):
         cost += COST_TABLE_ROW
     if before.kind == "item" and after.kind == "item":

@@ -195,6 +195,21 @@ def test_list_stays_with_its_introduction() -> None:
     assert "1) A passport." in holder.text
 
 
+def test_an_faq_answer_stays_with_its_question() -> None:
+    # sized so that, cut by size alone, a chunk ends on the next question (answer 20 + question 16 tokens)
+    questions = [
+        f"Does rule {i} of the staff handbook apply to part-time employees like me?" for i in range(6)
+    ]
+    answers = [sentence(i, 9) for i in range(7)]
+    text = "\n\n".join(
+        [answers[0], *(part for q, a in zip(questions, answers[1:], strict=True) for part in (q, a))]
+    )
+    chunks = chunk_document(make_doc(text), SMALL)
+    assert not any(c.text.rstrip().endswith("?") for c in chunks)
+    for q, a in zip(questions, answers[1:], strict=True):
+        assert any(q in c.text and a in c.text for c in chunks), q
+
+
 def test_table_rows_stay_together() -> None:
     rows = "\n".join(f"| {2015 + i} | {100 + i} | {i} |" for i in range(8))
     text = f"# Budget\n\n{' '.join(sentence(i) for i in range(4))}\n\n| Year | Hours | People |\n| --- | --- | --- |\n{rows}\n"
