@@ -26,7 +26,7 @@ from rag.types import Chunk, chunk_id_for
 
 # The chunking rules' version: bump it when they change, so the next ingestion re-chunks files whose bytes did
 # not change (their unchanged chunk texts are not embedded again: the embedding cache keys on the text).
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3
 
 SECTION_SEP = " > "
 MAX_LABEL_CHARS = 120
@@ -681,8 +681,8 @@ def _cut_cost(before: _Piece, after: _Piece) -> float:
         cost += COST_IN_PARAGRAPH
     if before.text.rstrip().endswith(":"):
         cost += COST_AFTER_INTRO
-    if before.text.rstrip().endswith("?"):
-        cost += COST_AFTER_QUESTION
+    if before.text.rstrip().endswith("?") and not after.continues_unit:
+        cost += COST_AFTER_QUESTION  # a question standing as its own paragraph or line: an FAQ's
     if before.kind in ("row", "line") and after.kind in ("row", "line"):
         cost += COST_TABLE_ROW
     if before.kind == "item" and after.kind == "item":
