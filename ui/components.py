@@ -385,7 +385,7 @@ def candidates_frame(trace: dict[str, Any]) -> pd.DataFrame:
         else:
             fate = "not selected"
         if cid in raised:
-            fate += f"; raised by its section in the budget's order ({raised[cid]['from']} -> {raised[cid]['to']})"
+            fate += f"; raised by its section: budget order {raised[cid]['from']} -> {raised[cid]['to']}"
         rows.append(
             {
                 "rerank rank": c.get("rerank_rank"),

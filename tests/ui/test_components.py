@@ -179,7 +179,7 @@ def test_candidates_say_what_became_of_each() -> None:
         ]
     )
     fates = dict(zip(*(components.candidates_frame(lifted)[k] for k in ("chunk id", "fate")), strict=True))
-    assert fates["c1"] == "in prompt at position 1; raised by its section in the budget's order (7 -> 2)"
+    assert fates["c1"] == "in prompt at position 1; raised by its section: budget order 7 -> 2"
     assert fates["c9"] == "dropped (budget: over_budget)"
     verdicts = components.citations_frame(trace())
     assert list(verdicts["verdict"]) == ["ok", "does not support the sentence"]
