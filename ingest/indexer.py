@@ -274,9 +274,8 @@ def ingest(
                 f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
             )
         given: set[str] = set()  # every source named this run, read or not (for ``exact``)
-        chunking = chunking_signature(
-            settings
-        )  # new rules or sizes re-chunk a file whose bytes are unchanged
+        # new chunking rules or sizes re-chunk a file whose bytes are unchanged
+        chunking = chunking_signature(settings)
         for i, path in enumerate(files):
             if progress:
                 progress("read", i, len(files))

@@ -94,10 +94,6 @@ def _evidence_parts(evidence: Sequence[Evidence]) -> list[str]:
     return [*parts, EVIDENCE_END]
 
 
-def _evidence_block(evidence: Sequence[Evidence]) -> str:
-    return "\n".join(_evidence_parts(evidence))
-
-
 _ROLES = {"user": "User", "human": "User", "assistant": "Assistant", "ai": "Assistant", "bot": "Assistant"}
 
 
