@@ -307,11 +307,11 @@ def missing_answer_type(
     stated = [
         sentence
         for passage in passages
-        if not pool or rarest & set(bm25_tokens(passage))
+        if not pool or rarest & bm25_token_set(passage)
         for sentence in split_sentences(passage)
         if states(sentence)
     ]
-    if any(topic & set(bm25_tokens(sentence)) for sentence in stated):
+    if any(topic & bm25_token_set(sentence) for sentence in stated):
         return None
     if stated and score is not None and max(score(asked, stated)) >= min_score:
         return None
