@@ -150,7 +150,9 @@ def test_chat_in_a_real_browser(ui_url: str, page) -> None:  # type: ignore[no-u
     body = page.locator("body").inner_text()
     assert "Final chunk order" in body
     assert page.get_by_test_id("stDataFrame").first.is_visible()
-    assert page.locator("[data-testid='stVegaLiteChart'], .vega-embed").first.is_visible()
+    chart = page.locator("[data-testid='stVegaLiteChart'], .vega-embed").first
+    chart.wait_for(state="visible", timeout=30_000)  # the chart renders after the table it sits beside
+    assert chart.is_visible()
     page.screenshot(path=str(ARTIFACTS / "ui-chat-refund.png"), full_page=True)
 
     # As alice: salary bands are restricted to hr. The canary must never reach the page.
