@@ -16,7 +16,7 @@ import numpy as np
 
 from rag import trace_schema as ts
 from rag.config import Settings
-from rag.embedder import Embedder, embedder_for
+from rag.embedder import Embedder, embedder_for, passage_text
 from rag.errors import GenerationError
 from rag.index import IndexReader
 from rag.protocols import LLM, Reranker, TraceSink
@@ -708,6 +708,12 @@ class Pipeline:
                     [e.candidate.chunk.text for e in vouched],
                     pool=[c.chunk.text for c in reranked],
                     score=self.sentence_scorer(vouched),
+                    labelled=[
+                        passage_text(
+                            e.candidate.chunk.title, e.candidate.chunk.section, e.candidate.chunk.text
+                        )
+                        for e in vouched
+                    ],
                 )
                 coverage = types.coverage
                 d.update({f"intent_{intent.index}": why for intent, why in types.missing})

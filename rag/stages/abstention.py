@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
-from rag.stages.claims import Quantity, quantities
+from rag.stages.claims import COMMON_CAPS, Quantity, quantities
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Evidence, Generated, Intent
 
@@ -423,6 +424,100 @@ def missing_focus(
     return f'no passage mentions "{focus}"'
 
 
+# ------------------------------------------------------------------------------------------------ named place
+# "I'm going onsite in Washington DC. What's the daily per diem I can claim there?" asks what holds in the place
+# the question named: evidence that never names it (the per-diem rule, the coverage rules while travelling)
+# cannot say what holds there. Only a "there" that points back at a place counts: a place told only as the
+# scenario ("I want to work from Portugal for two weeks. How far in advance must I ask?") is not what is asked
+# about, and a place the asking sentence names itself is often the asked attribute, not a scope ("Which writer
+# was from England?": the evidence says "born in London").
+_PLACED = re.compile(
+    r"\b(?:in|to|from|at|near|within|into|outside|across)\s+(?:the\s+)?"
+    r"(?P<name>[A-Z][\w&'-]*(?:[ \t]+[A-Z][\w&'-]*)*)"
+)
+_CALENDAR = frozenset(
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)
+# "there" that does not point at a place: "is there", "there is", "there's", "there will be"
+_BE = frozenset(
+    "is are was were be been being isn't aren't wasn't weren't 's 're will would can could may might must shall "
+    "should seem seems exist exists".split()
+)
+# A rule stated for every place answers for the named one too.
+_EVERYWHERE = re.compile(
+    r"\b(?:any|all|every|each)\s+(?:other\s+)?(?:countr(?:y|ies)|locations?|regions?|jurisdictions?)\b"
+    r"|\banywhere\b|\bworldwide\b|\bregardless\s+of\s+(?:your\s+|their\s+|the\s+)?(?:location|country)",
+    re.IGNORECASE,
+)
+
+
+def _placed_names(text: str) -> list[str]:
+    """The proper names ``text`` puts something in, at, to or from ("in Washington DC", "to the Toronto
+    office": "Toronto"), without month and day names or a word opening a clause caught after the name ("I")."""
+    names = []
+    for match in _PLACED.finditer(normalize(text)):
+        words = list(itertools.takewhile(lambda w: w not in COMMON_CAPS, match.group("name").split()))
+        if words and not (len(words) == 1 and words[0].lower() in _CALENDAR):
+            names.append(" ".join(words))
+    return list(dict.fromkeys(names))
+
+
+def _points_there(sentence: str) -> bool:
+    """``sentence`` says "there" of a place ("claim there", "move there"), not as "is there" / "there is"."""
+    words = re.findall(r"[a-z]+(?:'[a-z]+)?|'[a-z]+", normalize(sentence).lower())
+    for i, word in enumerate(words):
+        if word in ("there", "there's", "there're"):
+            before = words[i - 1] if i else ""
+            after = words[i + 1] if i + 1 < len(words) else ""
+            if word == "there" and before not in _BE and after not in _BE:
+                return True
+    return False
+
+
+def _asking_sentence(text: str) -> tuple[str, str]:
+    """(the scenario told before it, the sentence that asks): the last question sentence, else the last one."""
+    sentences = split_sentences(normalize(text))
+    if not sentences:
+        return "", text
+    asking = max((i for i, s in enumerate(sentences) if s.rstrip().endswith("?")), default=len(sentences) - 1)
+    return " ".join(sentences[:asking]), sentences[asking]
+
+
+def missing_place(
+    intent_text: str, passages: Sequence[str], *, context: str = "", pool: Sequence[str] = ()
+) -> str | None:
+    """Why the passages cannot answer for the place the question asks about, or None when they might (or it
+    asks about none).
+
+    The question asks about a place when its asking sentence says "there" of a place (``_points_there``) and
+    names none itself; the places are the names the scenario before it puts something in, at, to or from
+    (``_placed_names``; the intent's own scenario, else the whole question, ``context``: "How long is
+    probation in Germany, and what's the notice period there?"). Each must be named (all its words) by one of
+    ``passages`` (give them with their titles and section paths), unless most of ``pool`` (the request's
+    candidates) names it (the organisation's own name), or a passage states a rule for every place ("in any
+    country", "anywhere", "worldwide").
+    """
+    scenario, asking = _asking_sentence(intent_text)
+    if not _points_there(asking) or _placed_names(asking):
+        return None
+    names = _placed_names(scenario) or _placed_names(context)
+    if not names:
+        return None
+    passage_terms = [bm25_token_set(p) for p in passages]
+    pool_terms = [bm25_token_set(p) for p in pool]
+    for name in names:
+        words = set(bm25_tokens(name))
+        if not words or any(words <= terms for terms in passage_terms):
+            continue
+        if pool_terms and sum(words <= terms for terms in pool_terms) > len(pool_terms) / 2:
+            continue
+        if any(_EVERYWHERE.search(p) for p in passages):
+            return None
+        return f'no passage names "{name}"'
+    return None
+
+
 def vouched_evidence(evidence: Sequence[Evidence], *, threshold: float, k: int | None) -> list[Evidence]:
     """The evidence passages the answer-type check reads: with ``k``, the ``k`` best-scoring whose score clears
     ``threshold`` (best first; the single best when none does), else all of ``evidence`` in its order.
@@ -457,14 +552,17 @@ def check_answer_types(
     *,
     pool: Sequence[str] = (),
     score: Scorer | None = None,
+    labelled: Sequence[str] | None = None,
 ) -> AnswerTypes:
-    """The evidence must hold the kind of answer asked for ("how many years"), not just the topic, and mention
-    the thing whose existence is asked about ("is there any severance pay?").
+    """The evidence must hold the kind of answer asked for ("how many years"), not just the topic, mention
+    the thing whose existence is asked about ("is there any severance pay?") and name the place asked about
+    ("what can I claim there?").
 
     Each intent still covered is checked against the ``evidence`` passage texts with ``missing_answer_type``
-    (``question`` gives an intent without a topic of its own its topic) and then ``missing_focus`` (``pool``:
-    the request's candidates' texts). An intent either check fails joins the uncovered ones; when that leaves
-    none covered the answer abstains, and the reason is the failed checks' reasons.
+    (``question`` gives an intent without a topic of its own its topic), ``missing_choice``, ``missing_focus``
+    (``pool``: the request's candidates' texts) and then ``missing_place`` (against ``labelled``, the same
+    passages with their titles and section paths, when given). An intent a check fails joins the uncovered
+    ones; when that leaves none covered the answer abstains, and the reason is the failed checks' reasons.
     """
     uncovered = list(coverage.uncovered)
     missing: list[tuple[Intent, str]] = []
@@ -475,6 +573,7 @@ def check_answer_types(
             missing_answer_type(intent.text, evidence, context=question, pool=pool, score=score)
             or missing_choice(intent.text, evidence)
             or missing_focus(intent.text, evidence, pool=pool, score=score)
+            or missing_place(intent.text, labelled or evidence, context=question, pool=pool)
         )
         if why:
             uncovered.append(intent)

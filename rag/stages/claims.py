@@ -378,7 +378,7 @@ def _main_and_exception(sentence: str) -> tuple[str, str]:
 
 
 _ENTITY = re.compile(r"\b(?:[A-Z]{2,}[A-Z0-9]*-\d+[A-Z]?|[A-Z]{2,}\d*|[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)\b")
-_COMMON_CAPS = {
+COMMON_CAPS = {
     "The",
     "A",
     "An",
@@ -458,9 +458,9 @@ def entities(text: str) -> set[str]:
         name = m.group(0)
         first = name.split()[0]
         opener = not re.search(r"\S", text[: m.start()]) or re.search(r"[.!?:;,]\s*$", text[: m.start()])
-        if first in _COMMON_CAPS or (opener and not first.isupper()):
+        if first in COMMON_CAPS or (opener and not first.isupper()):
             name = " ".join(name.split()[1:])
-        if not name or name in _COMMON_CAPS or name.lower() in _MONTHS:
+        if not name or name in COMMON_CAPS or name.lower() in _MONTHS:
             continue
         out.add(name)
     return out

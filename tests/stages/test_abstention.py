@@ -416,6 +416,57 @@ def test_the_existence_check_reads_the_question_after_the_scenario_told_before_i
     assert missing_focus("My anniversary is coming up. Do I get anything?", leave) is None
 
 
+def test_a_question_about_what_holds_there_needs_evidence_naming_the_place() -> None:
+    from rag.stages.abstention import missing_place
+
+    per_diem = ["Meals are reimbursed at the GSA per diem rate when an overnight stay is required."]
+    question = "I'm going onsite in Washington DC for three nights. What per diem can I claim there?"
+    assert missing_place(question, per_diem) == 'no passage names "Washington DC"'
+    assert missing_place(question, [*per_diem, "In Washington DC the meal rate is $79."]) is None
+    # the place may be named by a passage's title or section path (the caller passes them with the text)
+    assert missing_place(question, ["Travel > Washington DC\nThe meal rate is $79."]) is None
+    # a rule stated for every place answers for the named one
+    assert missing_place(question, ["The same per diem applies in any country."]) is None
+    # the organisation's own name, in most of the request's candidates, is not a place to check
+    ours = ["CivicActions staff are reimbursed at the GSA rate.", "CivicActions pays travel.", "Other text."]
+    assert missing_place("I work at CivicActions. What can I claim there?", per_diem, pool=ours) is None
+
+
+def test_the_place_check_applies_only_to_a_there_that_points_back_at_a_named_place() -> None:
+    from rag.stages.abstention import missing_place
+
+    rules = ["Ask at least 4 weeks before the first day of working abroad."]
+    # a place told only as the scenario is not what is asked about
+    assert (
+        missing_place("I want to work from Portugal for two weeks. How far in advance must I ask?", rules)
+        is None
+    )
+    # a place the asking sentence names itself is often the asked attribute ("from England": "born in London")
+    assert missing_place("Which writer was born in England and died there, Roth or Childers?", rules) is None
+    # "is there" / "there is" does not point at a place
+    assert missing_place("I'm moving to Spain. Is there a relocation bonus?", rules) is None
+    assert (
+        missing_place("I'm moving to Spain. Can I keep working there?", rules) == 'no passage names "Spain"'
+    )
+    # months and days are not places, and "there" needs a place named before it
+    assert missing_place("I start in March. Will I be paid there?", rules) is None
+    # an intent without the scenario takes the place from the whole question
+    question = "How long is probation in Germany, and what's the notice period there?"
+    assert (
+        missing_place("what's the notice period there?", rules, context=question)
+        == 'no passage names "Germany"'
+    )
+
+
+def test_answer_types_include_the_place_check_against_the_labelled_passages() -> None:
+    there = Intent(0, "I'm employed in Germany. Is the fund taxable for me there?")
+    taxes = ["In some countries the fund may be taxable income."]
+    checked = check_answer_types("q", [there], Coverage(False), taxes)
+    assert checked.coverage == Coverage(True, (there,), 'no passage names "Germany"')
+    labelled = ["Germany > Taxes\nIn some countries the fund may be taxable income."]
+    assert check_answer_types("q", [there], Coverage(False), taxes, labelled=labelled).missing == ()
+
+
 def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
     from rag.stages.abstention import missing_focus
 
