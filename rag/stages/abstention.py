@@ -245,6 +245,22 @@ def _states_duration(sentence: str, key: str) -> bool:
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
 
 
+# "How many free counseling sessions do I get?": the counted noun (plural, ending its phrase before the verb)
+# is the unit asked for.
+_ASK_COUNT = re.compile(
+    r"\bhow\s+many\s+(?:[a-z][a-z-]*\s+){0,2}?(?P<noun>[a-z][a-z-]*[a-z]s)\b(?=\s+(?:do|does|did|can|could|"
+    r"will|would|should|must|may|might|are|is|were|was|have|has|had|i|we|you|they)\b)",
+    re.IGNORECASE,
+)
+
+
+def _states_count(sentence: str, noun: str) -> bool:
+    """A number of ``noun`` (singular): "eight (8) sessions", "up to 6 free counseling sessions", "one session"."""
+    number = rf"{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*"
+    pattern = rf"\b{number}(?:\s*\(\d+\))?[\s-]+(?:[a-z-]+\s+){{0,2}}{re.escape(noun)}(?:s|es)?\b"
+    return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
+
+
 _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
     r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
@@ -278,9 +294,10 @@ def missing_answer_type(
 ) -> str | None:
     """Why the passages cannot answer a quantity question, or None when they might (or it asks no quantity).
 
-    Some sentence must state a number in the unit asked for, and be about what the question is about: it
-    shares a content word with the question (other than the asking words), or ``score`` (sentence
-    similarity) rates it at least ``min_score``. "Retain records of configuration-controlled changes for
+    Some sentence must state a number in the unit asked for (the counted noun itself when it is none of the
+    units: "how many counseling sessions do I get" needs a number of sessions), and be about what the question
+    is about: it shares a content word with the question (other than the asking words), or ``score``
+    (sentence similarity) rates it at least ``min_score``. "Retain records of configuration-controlled changes for
     five years" does not answer "how many years do we keep audit logs". ``context`` (the whole question)
     supplies the topic of an intent that has none of its own ("... 401(k)? If so, how much?"). With ``pool``
     (the request's own candidates' texts) the sentence must also sit in a passage holding one of the topic's two
@@ -288,9 +305,11 @@ def missing_answer_type(
     many weeks of severance pay" but says nothing about severance.
     """
     match = next((m for m in _ASK_UNIT.finditer(intent_text) if _heads_its_phrase(m, intent_text)), None)
-    if match is None:
+    counted = _ASK_COUNT.search(intent_text) if match is None else None
+    if match is None and counted is None:
         return None
-    key = _unit_key(match)
+    key = _unit_key(match) if match is not None else "count"
+    noun = counted.group("noun").lower()[:-1] if counted is not None else ""
     asked = intent_text if set(_question_terms(intent_text)) - _ASKING else f"{context} {intent_text}"
     topic = set(_question_terms(asked)) - _ASKING
     if not topic:
@@ -301,6 +320,8 @@ def missing_answer_type(
             return _DATE.search(sentence) is not None
         if key in _DURATION_UNITS:  # "how many years": a count of years, not "annually"
             return _states_duration(sentence, key)
+        if key == "count":  # "how many counseling sessions": a number of them ("up to eight free sessions")
+            return _states_count(sentence, noun)
         return _has_number(sentence) and _has_unit(sentence, key)
 
     # one of the topic's two most specific words (those fewest ``pool`` passages contain) must be in the passage
@@ -318,6 +339,8 @@ def missing_answer_type(
         return None
     if key == "date":
         return "no passage states a date for what the question asks about"
+    if key == "count":
+        return f"no passage states a number of {noun}s for what the question asks about"
     unit = "amount" if key == "money" else key
     return f"no passage states a number of {unit}s for what the question asks about"
 

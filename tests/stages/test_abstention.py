@@ -329,6 +329,23 @@ def test_which_dates_asks_for_a_day_of_a_month() -> None:
     assert missing_answer_type("What date does open enrolment close?", about) is not None
 
 
+def test_how_many_of_any_counted_noun_needs_a_number_of_that_noun() -> None:
+    from rag.stages.abstention import missing_answer_type
+
+    question = "I want to see a therapist. How many free counseling sessions do I get through Modern Health?"
+    general = ["Access counseling services through Modern Health, our Employee Assistance Program."]
+    assert missing_answer_type(question, general) == (
+        "no passage states a number of sessions for what the question asks about"
+    )
+    stated = ["Modern Health offers up to eight (8) free counseling sessions a year."]
+    assert missing_answer_type(question, stated) is None
+    assert (
+        missing_answer_type("How many laps did Prowell run in the final?", ["Prowell ran 25 laps."]) is None
+    )
+    # the counted noun must end its phrase before the verb: "how many stores in the US" is not checked
+    assert missing_answer_type("It has how many stores in the United States?", general) is None
+
+
 def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
     from rag.stages.abstention import missing_choice
 
