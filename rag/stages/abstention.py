@@ -567,6 +567,20 @@ class AnswerTypes:
     missing: tuple[tuple[Intent, str], ...] = ()  # (intent, why), in intent order
 
 
+# "How many days of emergency leave can I take, and is it full pay?": a follow-up whose subject is "it" or "that"
+# asks about what the intent before it asked for; when no passage answers that, none answers the follow-up.
+_REFERS_BACK = re.compile(
+    r"^(?:[^?]*[.!]\s+)?(?:and\s+|but\s+)?(?:(?:is|was|does|did|will|would|can|could)\s+(?:it|that)|"
+    r"(?:it|that)\s+(?:is|was|does|did|will|would|can|could))\b",
+    re.IGNORECASE,
+)
+
+
+def _refers_back(intent_text: str) -> bool:
+    """The asking sentence of ``intent_text`` has "it" or "that" as its subject ("is it full pay?")."""
+    return _REFERS_BACK.match(_asking_sentence(intent_text)[1].strip()) is not None
+
+
 def check_answer_types(
     question: str,
     intents: Sequence[Intent],
@@ -584,8 +598,9 @@ def check_answer_types(
     Each intent still covered is checked against the ``evidence`` passage texts with ``missing_answer_type``
     (``question`` gives an intent without a topic of its own its topic), ``missing_choice``, ``missing_focus``
     (``pool``: the request's candidates' texts) and then ``missing_place`` (against ``labelled``, the same
-    passages with their titles and section paths, when given). An intent a check fails joins the uncovered
-    ones; when that leaves none covered the answer abstains, and the reason is the failed checks' reasons.
+    passages with their titles and section paths, when given). A follow-up about "it" or "that" ("..., and is it
+    full pay?") fails with the intent before it. An intent a check fails joins the uncovered ones; when that
+    leaves none covered the answer abstains, and the reason is the failed checks' reasons.
     """
     uncovered = list(coverage.uncovered)
     missing: list[tuple[Intent, str]] = []
@@ -598,6 +613,14 @@ def check_answer_types(
             or missing_focus(intent.text, evidence, pool=pool, score=score)
             or missing_place(intent.text, labelled or evidence, context=question, pool=pool)
         )
+        before = intents[intents.index(intent) - 1] if intents.index(intent) else None
+        if (
+            not why
+            and before is not None
+            and any(i == before for i, _ in missing)
+            and _refers_back(intent.text)
+        ):
+            why = "it refers back to the part before it, which no passage answers"
         if why:
             uncovered.append(intent)
             missing.append((intent, why))

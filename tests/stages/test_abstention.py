@@ -180,6 +180,21 @@ def test_answer_types_pass_the_scorer_and_the_question_to_the_checks() -> None:
     assert similar.coverage == Coverage(False)
 
 
+def test_a_follow_up_about_it_fails_with_the_part_it_refers_to() -> None:
+    days = Intent(0, "A storm flooded our house. How many days of paid emergency leave can I take")
+    full_pay = Intent(1, "A storm flooded our house. is it full pay?")
+    civic = ["Leave for Legal Civic Obligations is paid at the usual rate of pay."]
+    checked = check_answer_types("q", [days, full_pay], Coverage(False), civic, pool=civic)
+    assert [i for i, _ in checked.missing] == [days, full_pay] and checked.coverage.abstain
+    assert checked.missing[1][1] == "it refers back to the part before it, which no passage answers"
+    # a follow-up that names its own subject stands alone
+    last = Intent(1, "how long do these internships usually last?")
+    assert [i for i, _ in check_answer_types("q", [days, last], Coverage(False), civic).missing] == [days]
+    # and one about "it" stands when the part before it is answered
+    paid = ["Emergency leave: up to 5 days of paid leave a year."]
+    assert check_answer_types("q", [days, full_pay], Coverage(False), paid).missing == ()
+
+
 def test_full_abstention_text() -> None:
     text = abstention_text(
         "What is the dress code?",
