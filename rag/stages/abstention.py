@@ -309,7 +309,8 @@ def missing_answer_type(
     if match is None and counted is None:
         return None
     key = _unit_key(match) if match is not None else "count"
-    noun = counted.group("noun").lower()[:-1] if counted is not None else ""
+    nouns = counted.group("noun").lower() if counted is not None else ""
+    noun = nouns[:-2] if nouns.endswith(("ches", "shes", "sses", "xes")) else nouns[:-1]  # its singular
     asked = intent_text if set(_question_terms(intent_text)) - _ASKING else f"{context} {intent_text}"
     topic = set(_question_terms(asked)) - _ASKING
     if not topic:
@@ -340,7 +341,7 @@ def missing_answer_type(
     if key == "date":
         return "no passage states a date for what the question asks about"
     if key == "count":
-        return f"no passage states a number of {noun}s for what the question asks about"
+        return f"no passage states a number of {nouns} for what the question asks about"
     unit = "amount" if key == "money" else key
     return f"no passage states a number of {unit}s for what the question asks about"
 
@@ -489,11 +490,11 @@ def _placed_names(text: str) -> list[str]:
 def _points_there(sentence: str) -> bool:
     """``sentence`` says "there" of a place ("claim there", "move there"), not as "is there" / "there is"."""
     words = re.findall(r"[a-z]+(?:'[a-z]+)?|'[a-z]+", normalize(sentence).lower())
-    for i, word in enumerate(words):
-        if word in ("there", "there's", "there're"):
+    for i, word in enumerate(words):  # "there's" is one word here, so it never counts
+        if word == "there":
             before = words[i - 1] if i else ""
             after = words[i + 1] if i + 1 < len(words) else ""
-            if word == "there" and before not in _BE and after not in _BE:
+            if before not in _BE and after not in _BE:
                 return True
     return False
 
@@ -570,6 +571,7 @@ class AnswerTypes:
 # "How many days of emergency leave can I take, and is it full pay?": a follow-up whose subject is "it" or "that"
 # asks about what the intent before it asked for; when no passage answers that, none answers the follow-up.
 _REFERS_BACK = re.compile(
+    # after any scenario sentence the splitter kept (one ending "." before a lower-case "is it ...?")
     r"^(?:[^?]*[.!]\s+)?(?:and\s+|but\s+)?(?:(?:is|was|does|did|will|would|can|could)\s+(?:it|that)|"
     r"(?:it|that)\s+(?:is|was|does|did|will|would|can|could))\b",
     re.IGNORECASE,
@@ -604,7 +606,7 @@ def check_answer_types(
     """
     uncovered = list(coverage.uncovered)
     missing: list[tuple[Intent, str]] = []
-    for intent in intents:
+    for position, intent in enumerate(intents):
         if intent in uncovered:
             continue
         why = (
@@ -613,13 +615,8 @@ def check_answer_types(
             or missing_focus(intent.text, evidence, pool=pool, score=score)
             or missing_place(intent.text, labelled or evidence, context=question, pool=pool)
         )
-        before = intents[intents.index(intent) - 1] if intents.index(intent) else None
-        if (
-            not why
-            and before is not None
-            and any(i == before for i, _ in missing)
-            and _refers_back(intent.text)
-        ):
+        before = intents[position - 1] if position else None
+        if not why and any(i == before for i, _ in missing) and _refers_back(intent.text):
             why = "it refers back to the part before it, which no passage answers"
         if why:
             uncovered.append(intent)
