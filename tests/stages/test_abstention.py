@@ -357,6 +357,7 @@ def test_how_many_of_any_counted_noun_needs_a_number_of_that_noun() -> None:
     assert (
         missing_answer_type("How many laps did Prowell run in the final?", ["Prowell ran 25 laps."]) is None
     )
+    assert missing_answer_type("How many classes can I take?", ["You can take one class a year."]) is None
     # the counted noun must end its phrase before the verb: "how many stores in the US" is not checked
     assert missing_answer_type("It has how many stores in the United States?", general) is None
 
