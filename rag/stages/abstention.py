@@ -232,6 +232,8 @@ _NUMBER_WORDS = (
     r"fifteen|sixteen|eighteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|a|an|several|few)"
 )
 _DURATION_UNITS = frozenset({"minute", "hour", "day", "week", "month", "year"})
+# A count as it opens its noun phrase: "five (5) ", "30-", "seventy-two (72) ", "one ".
+_COUNT = rf"\b{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*(?:\s*\(\d+\))?[\s-]+"
 
 
 def _states_duration(sentence: str, key: str) -> bool:
@@ -240,8 +242,7 @@ def _states_duration(sentence: str, key: str) -> bool:
     "How many years" is not answered by "annually" (a frequency) or by "every year"; those state how often.
     """
     unit = {"day": r"(?:business\s+|calendar\s+|working\s+)?days?"}.get(key, f"{key}s?")
-    number = rf"{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*"
-    pattern = rf"\b{number}(?:\s*\(\d+\))?[\s-]+(?:consecutive\s+|more\s+|full\s+)?{unit}\b"
+    pattern = rf"{_COUNT}(?:consecutive\s+|more\s+|full\s+)?{unit}\b"
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
 
 
@@ -256,8 +257,7 @@ _ASK_COUNT = re.compile(
 
 def _states_count(sentence: str, noun: str) -> bool:
     """A number of ``noun`` (singular): "eight (8) sessions", "up to 6 free counseling sessions", "one session"."""
-    number = rf"{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*"
-    pattern = rf"\b{number}(?:\s*\(\d+\))?[\s-]+(?:[a-z-]+\s+){{0,2}}{re.escape(noun)}(?:s|es)?\b"
+    pattern = rf"{_COUNT}(?:[a-z-]+\s+){{0,2}}{re.escape(noun)}(?:s|es)?\b"
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
 
 
