@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rag.stages.budget import intents_of, score_of
-from rag.stages.claims import COMMON_CAPS, Quantity, quantities
+from rag.stages.claims import COMMON_CAPS, MONTHS, Quantity, quantities
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Evidence, Generated, Intent
 
@@ -459,10 +459,7 @@ _PLACED = re.compile(
     r"\b(?:in|to|from|at|near|within|into|outside|across)\s+(?:the\s+)?"
     r"(?P<name>[A-Z][\w&'-]*(?:[ \t]+[A-Z][\w&'-]*)*)"
 )
-_CALENDAR = frozenset(
-    "january february march april may june july august september october november december "
-    "monday tuesday wednesday thursday friday saturday sunday".split()
-)
+_CALENDAR = frozenset((*MONTHS, "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 # "there" that does not point at a place: "is there", "there is", "there's", "there will be"
 _BE = frozenset(
     "is are was were be been being isn't aren't wasn't weren't 's 're will would can could may might must shall "

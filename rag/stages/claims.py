@@ -256,7 +256,7 @@ _UNIT_ALIASES = {
     "£": "gbp",
     "$": "$",
 }
-_MONTHS = (
+MONTHS = (
     "january",
     "february",
     "march",
@@ -303,7 +303,7 @@ class Quantity:
 
 
 def _unit(word: str) -> str:
-    return _UNIT_ALIASES.get(word, word if word in _MONTHS else "")
+    return _UNIT_ALIASES.get(word, word if word in MONTHS else "")
 
 
 def quantities(text: str) -> list[Quantity]:
@@ -353,7 +353,7 @@ def quantities(text: str) -> list[Quantity]:
         if not unit and rest and (_unit(rest[i]) or rest[0] == "%"):
             unit = "%" if rest[0] == "%" else _unit(rest[i])
             i += 1
-        elif not unit and rest and rest[0] in _MONTHS:
+        elif not unit and rest and rest[0] in MONTHS:
             unit = rest[0]
         if unit and i + 1 < len(rest) and rest[i] in _PER and _unit(rest[i + 1]):
             unit = f"{unit}/{_unit(rest[i + 1])}"
@@ -460,7 +460,7 @@ def entities(text: str) -> set[str]:
         opener = not re.search(r"\S", text[: m.start()]) or re.search(r"[.!?:;,]\s*$", text[: m.start()])
         if first in COMMON_CAPS or (opener and not first.isupper()):
             name = " ".join(name.split()[1:])
-        if not name or name in COMMON_CAPS or name.lower() in _MONTHS:
+        if not name or name in COMMON_CAPS or name.lower() in MONTHS:
             continue
         out.add(name)
     return out
