@@ -805,6 +805,12 @@ def policy_suites(shared: Path = SHARED, repo: Path = REPO) -> dict[str, PolicyS
         "gitlab": PolicySuite(
             "gitlab", shared / "data" / "questions" / "gitlab-dev.jsonl", (policies / "gitlab-people",)
         ),
+        "moj": PolicySuite(
+            "moj", shared / "data" / "questions" / "moj-dev.jsonl", (policies / "moj-handbook" / "pdf",)
+        ),
+        "hypha": PolicySuite(
+            "hypha", shared / "data" / "questions" / "hypha-dev.jsonl", (policies / "hypha-handbook" / "pdf",)
+        ),
         "sample": PolicySuite(
             "sample", repo / "ingest" / "sample" / "questions.jsonl", (repo / "ingest" / "sample" / "pdfs",)
         ),

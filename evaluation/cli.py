@@ -511,6 +511,10 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
             "suite",
             "all gold in evidence",
             "best gold at edge",
+            "answer holds a gold quote",
+            "answer holds all gold",
+            "badge precision",
+            "badge recall",
             "unanswerable abstained",
             "false abstention",
             "answer accuracy",
@@ -524,6 +528,10 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
                 r["suite"],
                 _rate_cell(r["all_gold"]),
                 _rate_cell(r["best_gold_at_edge"]),
+                _rate_cell(r["answer_any_gold"]),
+                _rate_cell(r["answer_all_gold"]),
+                _rate_cell(r["badge_precision"]),
+                _rate_cell(r["badge_recall"]),
                 _rate_cell(r["unanswerable_abstained"]),
                 _rate_cell(r["false_abstention"]),
                 _rate_cell(r["answer_accuracy"]),
@@ -603,7 +611,8 @@ def suite(
     suites: Annotated[
         str,
         typer.Option(
-            "--suites", help="Comma-separated: dev,gitlab,sample,scifact,hotpotqa,unanswerable or all."
+            "--suites",
+            help="Comma-separated: dev,gitlab,moj,hypha,sample,scifact,hotpotqa,unanswerable or all.",
         ),
     ] = "all",
     split: Annotated[

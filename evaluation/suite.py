@@ -42,25 +42,17 @@ from rag.evaluation.graders import covered
 from rag.evaluation.splits import SPLITS_PATH, hotpot_kind, split_ids
 from rag.evaluation.stats import wilson_interval
 
-POLICY_SUITES = ("dev", "gitlab", "sample")
+POLICY_SUITES = ("dev", "gitlab", "moj", "hypha", "sample")
 SUITES = (*POLICY_SUITES, "scifact", "hotpotqa", "unanswerable")
 NEAR_MISS_DIR = SPLITS_PATH.parent / "near_miss"
 CROSS_PER_PAIR = 40  # questions per (question suite, foreign corpus) pair, drawn with a fixed seed
 CROSS_SEED = 20261201
 # (questions of suite, asked against corpus): domains that cannot answer each other
 CROSS_PAIRS = (
-    ("dev", "hotpotqa"),
-    ("gitlab", "hotpotqa"),
-    ("sample", "hotpotqa"),
-    ("dev", "scifact"),
-    ("gitlab", "scifact"),
-    ("sample", "scifact"),
-    ("hotpotqa", "gitlab"),
-    ("hotpotqa", "dev"),
-    ("hotpotqa", "sample"),
-    ("scifact", "gitlab"),
-    ("scifact", "dev"),
-    ("scifact", "sample"),
+    *((handbook, "hotpotqa") for handbook in POLICY_SUITES),
+    *((handbook, "scifact") for handbook in POLICY_SUITES),
+    *(("hotpotqa", handbook) for handbook in POLICY_SUITES),
+    *(("scifact", handbook) for handbook in POLICY_SUITES),
 )
 Log = Callable[[str], None]
 Sink = Callable[[str, dict[str, Any]], None]  # (question id, the rag ask --json object)
@@ -83,6 +75,10 @@ class Paths:
             return [d / "policies/civicactions-handbook/markdown", d / "policies/epa-infosec"]
         if corpus == "gitlab":
             return [d / "policies/gitlab-people"]
+        if corpus == "moj":
+            return [d / "policies/moj-handbook/pdf"]
+        if corpus == "hypha":
+            return [d / "policies/hypha-handbook/pdf"]
         if corpus == "sample":
             return [default_questions_path().parent / "pdfs"]
         if corpus == "scifact":
@@ -96,6 +92,8 @@ class Paths:
             return self.data / "questions/dev.jsonl"
         if suite == "gitlab":
             return self.data / "questions/gitlab-dev.jsonl"
+        if suite in ("moj", "hypha"):
+            return self.data / f"questions/{suite}-dev.jsonl"
         if suite == "sample":
             return default_questions_path()
         raise ConfigurationError(f"No policy question file for {suite!r}.")
@@ -116,7 +114,7 @@ def corpora_for(suites: Sequence[str]) -> list[str]:
         # unanswerables run alone (SciFact's 10k chunks are then the only costly one)
         alone = not wanted
         wanted |= {c for _, c in CROSS_PAIRS if alone or c in wanted}
-    return [c for c in ("sample", "dev", "gitlab", "hotpotqa", "scifact") if c in wanted]
+    return [c for c in ("sample", "dev", "gitlab", "moj", "hypha", "hotpotqa", "scifact") if c in wanted]
 
 
 # ------------------------------------------------------------------------------------------------ questions
@@ -227,11 +225,17 @@ def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     }
     if q.quotes and not q.expects_abstention:
         hits = [covered(g, texts) for g in q.quotes]
+        # what the user reads (grade_evidence.py): the answer text holds a gold quote, or every one; the badge
+        # ("Citations checked") is shown on verified answers that did not abstain
+        said = [covered(g, [answer]) for g in q.quotes] if answer and not abstained else [False]
         row.update(
             quotes=len(hits),
             quotes_covered=sum(hits),
             all_gold=all(hits),
             best_gold_at_edge=best_gold_at_edge(q.quotes[0], evidence),
+            answer_any_gold=any(said),
+            answer_all_gold=all(said),
+            badge=bool(result.get("verified")) and not abstained,
         )
     return row
 
@@ -247,11 +251,19 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         sub = [r for r in graded if r["type"] == t]
         by_type[t] = rate(sum(r["all_gold"] for r in sub), len(sub))
     answered = [r for r in answerable if not r["abstained"]] or answerable
+    badged = [r for r in graded if r["badge"]]
+    complete = [r for r in graded if r["answer_all_gold"]]
     return {
         "questions": len(rows),
         "all_gold": rate(sum(r["all_gold"] for r in graded), len(graded)),
         "quotes_covered": rate(sum(r["quotes_covered"] for r in graded), sum(r["quotes"] for r in graded)),
         "best_gold_at_edge": rate(sum(r["best_gold_at_edge"] for r in graded), len(graded)),
+        "answer_any_gold": rate(sum(r["answer_any_gold"] for r in graded), len(graded)),
+        "answer_all_gold": rate(sum(r["answer_all_gold"] for r in graded), len(graded)),
+        # of the answers shown with "Citations checked", how many hold a gold quote; and how many of the answers
+        # that hold every gold quote show it
+        "badge_precision": rate(sum(r["answer_any_gold"] for r in badged), len(badged)),
+        "badge_recall": rate(sum(r["badge"] for r in complete), len(complete)),
         "all_gold_by_type": by_type,
         "unanswerable_abstained": rate(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
         "false_abstention": rate(sum(r["abstained"] for r in answerable), len(answerable)),
@@ -498,6 +510,10 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     "suite": name,
                     "all_gold": s["all_gold"],
                     "best_gold_at_edge": s["best_gold_at_edge"],
+                    "answer_any_gold": s["answer_any_gold"],
+                    "answer_all_gold": s["answer_all_gold"],
+                    "badge_precision": s["badge_precision"],
+                    "badge_recall": s["badge_recall"],
                     "unanswerable_abstained": s["unanswerable_abstained"],
                     "false_abstention": s["false_abstention"],
                     "answer_accuracy": s["answer_accuracy"],
@@ -520,6 +536,10 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     for k in (
                         "all_gold",
                         "best_gold_at_edge",
+                        "answer_any_gold",
+                        "answer_all_gold",
+                        "badge_precision",
+                        "badge_recall",
                         "unanswerable_abstained",
                         "false_abstention",
                         "answer_accuracy",

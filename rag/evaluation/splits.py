@@ -138,6 +138,8 @@ def default_sources(shared: Path) -> dict[str, list[Path]]:
     sources = {
         "dev": [shared / "data/questions/dev.jsonl"],
         "gitlab": [shared / "data/questions/gitlab-dev.jsonl"],
+        "moj": [shared / "data/questions/moj-dev.jsonl"],
+        "hypha": [shared / "data/questions/hypha-dev.jsonl"],
         "sample": [default_questions_path()],
         "hotpotqa": [shared / "data/hotpotqa/dev-multihop.jsonl", shared / "data/hotpotqa/dev-mixed.jsonl"],
     }

@@ -114,6 +114,9 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
             "quotes_covered": 1,
             "all_gold": False,
             "best_gold_at_edge": True,
+            "answer_any_gold": True,
+            "answer_all_gold": False,
+            "badge": True,
         },
         {
             "id": "b",
@@ -133,6 +136,9 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
             "quotes_covered": 1,
             "all_gold": True,
             "best_gold_at_edge": False,
+            "answer_any_gold": False,
+            "answer_all_gold": False,
+            "badge": False,
         },
         {
             "id": "nm-1",
@@ -157,6 +163,11 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
     assert (s["unanswerable_abstained"]["k"], s["unanswerable_abstained"]["n"]) == (1, 1)
     assert s["invalid_citations"] == 1
     assert s["evidence_tokens_mean"] == 100.0  # over answered questions only
+    # what the user reads: the answer holds a gold quote; the badge shown on it holds one
+    assert (s["answer_any_gold"]["k"], s["answer_any_gold"]["n"]) == (1, 2)
+    assert (s["answer_all_gold"]["k"], s["answer_all_gold"]["n"]) == (0, 2)
+    assert (s["badge_precision"]["k"], s["badge_precision"]["n"]) == (1, 1)
+    assert s["badge_recall"]["n"] == 0
     lo, hi = s["all_gold"]["ci95"]
     assert lo < 0.5 < hi
 
@@ -236,7 +247,15 @@ def test_corpora_for_opens_only_what_the_chosen_suites_need() -> None:
         "gitlab",
         "hotpotqa",
     ]
-    assert suite_mod.corpora_for(["unanswerable"]) == ["sample", "dev", "gitlab", "hotpotqa", "scifact"]
+    assert suite_mod.corpora_for(["unanswerable"]) == [
+        "sample",
+        "dev",
+        "gitlab",
+        "moj",
+        "hypha",
+        "hotpotqa",
+        "scifact",
+    ]
     assert "scifact" in suite_mod.corpora_for(list(suite_mod.SUITES))
 
 
