@@ -20,7 +20,7 @@ PackingStrategy = Literal["edges", "best_first", "best_last", "document_order"]
 
 
 # Mechanisms `ablate` can switch off (hops: max_hops=0; near-duplicate removal: dedup_threshold above 1).
-ABLATIONS = ("intents", "answer_types", "bundling", "adjacent")
+ABLATIONS = ("intents", "answer_types", "bundling", "adjacent", "reader")
 
 
 def default_model_cache() -> Path:
@@ -118,6 +118,17 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="Siblings count only within this many chunks of each other (None: the whole section).",
+    )
+    evidence_cut: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Once the reader finds every part of the question answered, a bundle whose best sentence "
+        "scores below this share of the best sentence's probability leaves the evidence (0: the budget stays "
+        "full).",
+    )
+    evidence_min_bundles: int = Field(
+        default=3, ge=1, description="The evidence cut keeps at least this many bundles (best first)."
     )
     answer_check_k: int | None = Field(
         default=6,

@@ -16,9 +16,11 @@ import numpy as np
 
 from rag import trace_schema as ts
 from rag.config import Settings
+from rag.cross_encoder import ReaderCrossEncoder
 from rag.embedder import Embedder, embedder_for, passage_text
 from rag.errors import GenerationError
 from rag.index import IndexReader
+from rag.models import MODELS_DIR
 from rag.protocols import LLM, Reranker, TraceSink
 from rag.qdrant_server import open_index_reader
 from rag.sentences import sentence_units
@@ -52,7 +54,7 @@ from rag.stages.claims import (
 )
 from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
-from rag.stages.extractive import address_report, check_addresses, extractive_answer
+from rag.stages.extractive import address_report, check_addresses, evidence_sentences, extractive_answer
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
     HOP_NOTHING_NEW,
@@ -70,6 +72,15 @@ from rag.stages.hops import (
 from rag.stages.intents import split_intents
 from rag.stages.packing import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
+from rag.stages.reading import (
+    ReaderModel,
+    Reading,
+    VectorLookup,
+    read,
+    reader_coverage,
+    reader_support,
+    trim_bundles,
+)
 from rag.stores import fused_candidates
 from rag.text import bm25_tokens, count_tokens
 from rag.types import (
@@ -231,7 +242,12 @@ class Result:
             hops=[ts.Hop.model_validate(h) for h in self.hops],
             answer_check=ts.AnswerCheck.model_validate(self.answer_check),
             claims=[ts.Claim.model_validate(c.to_json()) for c in self.claims],
-            verified=verified(self.claims) and not self.abstained,  # the only state shown as checked
+            # the only state shown as "Citations checked": every claim supported, every citation valid and every
+            # part of the question addressed by a sentence the reader vouches for
+            verified=verified(self.claims)
+            and not self.abstained
+            and all(c.valid for c in self.citations)
+            and bool(self.answer_check.get("complete", True)),
             verification=self.verification,
             budgets=ts.Budgets.model_validate(self.budgets),
             prompt=ts.Prompt(
@@ -327,6 +343,9 @@ class _Recorder:
             self.stages.append(StageRecord(name, (time.perf_counter() - start) * 1000, detail))
 
 
+QUOTES_PER_INTENT = 3  # the reader's answer quotes at most this many sentences for each part of the question
+
+
 class Pipeline:
     """Runs questions against the published index. Create once per process; ``ask`` is thread-safe for reads."""
 
@@ -339,6 +358,7 @@ class Pipeline:
         reranker: Reranker | None = None,
         llm: LLM | None = None,
         trace_store: TraceSink | None = None,
+        reader_model: ReaderModel | None = None,
     ) -> None:
         from rag.rerank import load_reranker
 
@@ -361,6 +381,12 @@ class Pipeline:
             llm = LLMClient.from_settings(settings)
         self.llm: LLM | None = llm
         self.trace_store: TraceSink | None = trace_store
+        self.reader_model: ReaderModel | None = reader_model
+        if reader_model is None and "reader" not in settings.ablated:
+            self.reader_model = ReaderModel.load()
+        # the cross-encoder whose logits the reader model was trained with, when it was
+        ce = self.reader_model.meta.get("cross_encoder") if self.reader_model is not None else None
+        self.reader_cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
 
     # ------------------------------------------------------------------ helpers injected into pure stages
     def _search(
@@ -560,6 +586,28 @@ class Pipeline:
 
         return score
 
+    def sentence_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
+        """Vectors of evidence sentences by text: the ones stored at ingestion, the rest (a table row read with its
+        header, a passage of an index built before sentence vectors) embedded now, once each, or with
+        ``stored_only`` a zero row."""
+        known: dict[str, np.ndarray] = {}
+        for e in evidence:
+            vectors = self.reader.sentence_vectors(e.candidate.chunk_id)
+            units = sentence_units(e.candidate.chunk.text)
+            if vectors is not None and len(vectors) == len(units):
+                known.update(zip(units, vectors, strict=True))
+
+        def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
+            if stored_only:
+                zero = np.zeros(self.embedder.dim, dtype=np.float32)
+                return np.vstack([known.get(x, zero) for x in texts]).astype(np.float32)
+            missing = [x for x in dict.fromkeys(texts) if x not in known]
+            if missing:
+                known.update(zip(missing, self.embedder.embed_queries(missing), strict=True))
+            return np.vstack([known[x] for x in texts]).astype(np.float32)
+
+        return lookup
+
     def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
         """Scores with every sentence embedded now (for callers without evidence, e.g. evaluation)."""
         return self.sentence_scorer(())(query, sentences)
@@ -717,6 +765,26 @@ class Pipeline:
                 )
                 coverage = types.coverage
                 d.update({f"intent_{intent.index}": why for intent, why in types.missing})
+        reading: Reading | None = None
+        if evidence and self.reader_model is not None and "reader" not in s.ablated:
+            with rec.stage("read") as d:
+                # which evidence sentence states what each intent asks: the answer quotes them, an intent with
+                # none is unanswered, and the badge needs each quoted one to clear the support bar
+                reading = self._read(intents, evidence)
+                if not coverage.abstain:
+                    coverage = reader_coverage(coverage, intents, reading)
+                if s.evidence_cut and not coverage.abstain:
+                    trimmed, cut = trim_bundles(
+                        bundles, evidence, reading, cut=s.evidence_cut, keep=s.evidence_min_bundles
+                    )
+                    if cut:  # fewer passages: pack and number them again, and read them in their new places
+                        bundles, dropped = trimmed, dropped + cut
+                        evidence = number_evidence(edge_pack(bundles, plan.packing))
+                        reading = self._read(intents, evidence)
+                        d.update(
+                            cut=[c.chunk_id for c in cut], order=[e.candidate.chunk_id for e in evidence]
+                        )
+                d.update(reading.to_json())
         with rec.stage("prompt") as d:
             prompt = build_prompt(
                 question.text,
@@ -737,6 +805,7 @@ class Pipeline:
                 abstention,
                 coverage.uncovered,
                 llm if plan.use_llm else None,
+                reading,
             )
             answer = final_answer(question.text, intents, coverage, generated, abstention)
             abstained = abstention is not None
@@ -768,6 +837,7 @@ class Pipeline:
                 llm if model_answer else None,
                 support,
                 abstained,
+                reading,
             )
             if checked != answer:
                 answer, citations = checked, check_citations(checked, evidence, support=support)
@@ -775,6 +845,10 @@ class Pipeline:
         with rec.stage("answer_check") as d:
             # does the answer address every part of the question? ("Citations checked" needs it)
             answer_check = address_report(check_addresses(answer, intents, abstained=abstained))
+            if reading is not None and not abstained:
+                # the badge also needs the reader: every intent answered by a quoted sentence it vouches for
+                grounds = [c.evidence_sentence for c in claims if c.evidence_sentence]
+                answer_check = reader_support(answer, intents, reading, answer_check, grounds=grounds)
             d.update(answer_check)
         result = Result(
             trace_id=uuid.uuid4().hex,
@@ -811,6 +885,20 @@ class Pipeline:
             self.trace_store.save_trace(result.to_json())
         return result
 
+    def _read(self, intents: Sequence[Intent], evidence: Sequence[Evidence]) -> Reading:
+        """The reader's probabilities for every (intent, evidence sentence) pair."""
+        assert self.reader_model is not None
+        texts = [i.text for i in intents]
+        return read(
+            texts,
+            evidence_sentences(evidence),
+            model=self.reader_model,
+            query_vectors=self.query_vectors(texts),
+            vectors=self.sentence_vector_lookup(evidence),
+            passage_scores={e.n: score_of(e.candidate) for e in evidence},
+            cross_encoder=self.reader_cross_encoder,
+        )
+
     def _generate(
         self,
         question: Question,
@@ -820,6 +908,7 @@ class Pipeline:
         abstention: Abstention | None,
         uncovered: Sequence[Intent],
         llm: LLM | None,
+        reading: Reading | None = None,
     ) -> Generated:
         if abstention is not None:
             return Generated(text="", model="none")
@@ -832,13 +921,13 @@ class Pipeline:
                 )
             except GenerationError as exc:
                 # The user still gets an answer (quoted evidence); the trace keeps the LLM's failure.
-                fallback = self._extractive(question, intents, evidence, uncovered)
+                fallback = self._extractive(question, intents, evidence, uncovered, reading)
                 return Generated(
                     text=fallback.text,
                     model=f"extractive (fallback; {self.settings.llm_model} failed)",
                     error=str(exc),
                 )
-        return self._extractive(question, intents, evidence, uncovered)
+        return self._extractive(question, intents, evidence, uncovered, reading)
 
     def _verify(
         self,
@@ -851,6 +940,7 @@ class Pipeline:
         llm: LLM | None,
         support: Callable[[str, str], float],
         abstained: bool,
+        reading: Reading | None = None,
     ) -> tuple[str, list[ClaimCheck], dict[str, Any]]:
         """Check every claim of ``answer``. With ``llm`` (an LLM answer): uncited claims a passage holds get
         its marker, and an answer with a failed claim gets one repair call naming the failed claims; if the
@@ -905,7 +995,7 @@ class Pipeline:
             return text + notice, again, record
         # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
         why = fallback_notice(failed(again) or bad)
-        fallback = self._extractive(question, intents, evidence, uncovered).text
+        fallback = self._extractive(question, intents, evidence, uncovered, reading).text
         final = check_claims(fallback, evidence, support=support, cosine=cosine)
         record.update(
             repaired=False,
@@ -944,7 +1034,32 @@ class Pipeline:
         intents: Sequence[Intent],
         evidence: Sequence[Evidence],
         uncovered: Sequence[Intent],
+        reading: Reading | None = None,
     ) -> Generated:
         covered = covered_intents(intents, uncovered)
+        if reading is not None:
+            # the reader's probabilities, looked up by (intent, sentence); a sentence it did not read scores 0
+            rows = {i.text: row for row, i in enumerate(intents)}
+            sentences = reading.sentences
+
+            def probability(query: str, texts: Sequence[str]) -> list[float]:
+                p = reading.probabilities[rows[query]] if query in rows else np.zeros(len(sentences))
+                by_text: dict[str, float] = {}
+                for s, value in zip(sentences, p, strict=True):
+                    by_text[s.text] = max(by_text.get(s.text, 0.0), float(value))
+                    if s.row:
+                        by_text[s.row] = max(by_text.get(s.row, 0.0), float(value))
+                return [by_text.get(t, 0.0) for t in texts]
+
+            return extractive_answer(
+                question.text,
+                covered,
+                evidence,
+                score=probability,
+                min_score=reading.answer_bar,
+                tie_band=1.0 - reading.keep_ratio,
+                sentences=sentences,
+                max_sentences=QUOTES_PER_INTENT * len(covered),
+            )
         scorer = self.sentence_scorer(evidence, context=QUOTE_CONTEXT)
         return extractive_answer(question.text, covered, evidence, score=scorer)

@@ -157,6 +157,12 @@ class IntentCheck(_Record):
     addressed: bool
     coverage: float = Field(description="share of the intent's words in its best answer sentence")
     sentence: str
+    support: float | None = Field(
+        default=None,
+        description="the reader's probability that the best evidence sentence the answer uses states what this "
+        "intent asks (None: the reader did not run)",
+    )
+    supported: bool | None = Field(default=None, description="support reaches the reader's support bar")
 
 
 class AnswerCheck(_Record):

@@ -46,13 +46,18 @@ _HAS_NUMBER = re.compile(
 
 
 @dataclass(frozen=True)
-class _Sentence:
+class EvidenceSentence:
+    """A sentence of the final evidence that an answer may quote, with what the reader reads it in."""
+
     text: str
     n: int  # the passage it came from
     tokens: frozenset[str]
     table: int | None = None  # rows of one table share a number: one row answers, the others are near-copies
     row: str = ""  # a table row's own text (``text`` is the row read with the table's first line)
     asks: bool = False  # a question ("Does the budget roll over?"): an FAQ's answer is the sentence after it
+    position: int = 0  # its place among its passage's quotable sentences (0: the first)
+    before: str = ""  # the passage's sentence before it, heading or not ("" for the first): its context
+    heading: str = ""  # its passage's title and section path
 
 
 def looks_like_injection(sentence: str) -> bool:
@@ -68,6 +73,11 @@ def looks_like_injection(sentence: str) -> bool:
 
 def asks_for_number(question: str) -> bool:
     return bool(_ASKS_NUMBER.search(question))
+
+
+def has_number(text: str) -> bool:
+    """A digit or a number word ("five", "thirty")."""
+    return bool(_HAS_NUMBER.search(text))
 
 
 _NUMBERING = re.compile(
@@ -188,29 +198,56 @@ def _identifiers(text: str) -> set[str]:
     return {m.upper() for m in re.findall(r"\b[A-Za-z]{2,5}-\d{1,4}\b", text)}
 
 
-def _sentences(evidence: Sequence[Evidence]) -> list[_Sentence]:
+def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
+    """The sentences an answer may quote, passage by passage in evidence order: no heading, fragment or
+    sentence addressed to an AI; a flattened table's rows each read with its header."""
     out = []
     for ev in evidence:
         chunk = ev.candidate.chunk
         headings = {_bare(h) for h in [chunk.title, *chunk.section.split(">")] if h.strip()}
+        heading = " > ".join(h.strip() for h in [chunk.title, chunk.section] if h.strip())
+        before, position = "", 0
         for text in split_sentences(chunk.text):
+            previous, before = before, text
             if len(re.findall(r"[A-Za-z0-9]+", text)) < 3 or looks_like_injection(text):
                 continue
             if _is_heading(text, headings):
                 continue
+            at, position = position, position + 1
             rows = _table_rows(text)
             if rows is None:
                 asks = text.rstrip().endswith("?")
-                out.append(_Sentence(text, ev.n, frozenset(bm25_tokens(text)), asks=asks))
+                out.append(
+                    EvidenceSentence(
+                        text,
+                        ev.n,
+                        frozenset(bm25_tokens(text)),
+                        asks=asks,
+                        position=at,
+                        before=previous,
+                        heading=heading,
+                    )
+                )
                 continue
             table = len(out)  # the header alone answers nothing: each row is read with it
             for row in rows[1:]:
                 unit = _read_row(rows[0], row)
-                out.append(_Sentence(unit, ev.n, frozenset(bm25_tokens(unit)), table=table, row=row))
+                out.append(
+                    EvidenceSentence(
+                        unit,
+                        ev.n,
+                        frozenset(bm25_tokens(unit)),
+                        table=table,
+                        row=row,
+                        position=at,
+                        before=previous,
+                        heading=heading,
+                    )
+                )
     return out
 
 
-def _scores(score: ScoreFn, query: str, sents: Sequence[_Sentence]) -> list[float]:
+def _scores(score: ScoreFn, query: str, sents: Sequence[EvidenceSentence]) -> list[float]:
     """One score per sentence; a table row scores as the mean of the row alone and the row read with the
     table's first line, so the first line's own words (and first row) do not make every row look alike."""
     if not sents:
@@ -232,7 +269,7 @@ def _continuations(evidence: Sequence[Evidence]) -> set[tuple[int, int]]:
 
 
 def _answered_questions(
-    scores: Sequence[float], sents: Sequence[_Sentence], continues: set[tuple[int, int]] | None = None
+    scores: Sequence[float], sents: Sequence[EvidenceSentence], continues: set[tuple[int, int]] | None = None
 ) -> list[float]:
     """A question in the evidence is not an answer: it hands its score to the sentence after it (an FAQ's
     answer, which shares few words with the user's question) when that scores lower, and cannot be quoted
@@ -251,7 +288,7 @@ def _answered_questions(
     return out
 
 
-def _near_duplicate(a: _Sentence, b: _Sentence) -> bool:
+def _near_duplicate(a: EvidenceSentence, b: EvidenceSentence) -> bool:
     if a.text.strip().lower() == b.text.strip().lower() or (a.table is not None and a.table == b.table):
         return True
     union = a.tokens | b.tokens
@@ -259,14 +296,19 @@ def _near_duplicate(a: _Sentence, b: _Sentence) -> bool:
 
 
 def _ordered(
-    scores: Sequence[float], sents: Sequence[_Sentence], *, min_score: float, numeric: bool
+    scores: Sequence[float],
+    sents: Sequence[EvidenceSentence],
+    *,
+    min_score: float,
+    numeric: bool,
+    tie_band: float = _TIE_BAND,
 ) -> list[int]:
     """Indices of sentences that clear ``min_score``, best first; near-ties holding a number first when asked."""
     eligible = [i for i, s in enumerate(scores) if s >= min_score]
     if not eligible:
         return []
     best = max(scores[i] for i in eligible)
-    floor = best - _TIE_BAND * abs(best)
+    floor = best - tie_band * abs(best)
 
     def key(i: int) -> tuple[bool, bool, float, int]:
         near = scores[i] >= floor
@@ -283,14 +325,17 @@ def extractive_answer(
     score: ScoreFn,
     max_sentences: int = 3,
     min_score: float = 0.0,
+    tie_band: float = _TIE_BAND,
+    sentences: Sequence[EvidenceSentence] | None = None,
 ) -> Generated:
     """Quote the best evidence sentence for each intent (in intent order), each followed by its [n].
 
     Up to ``max_sentences`` in total: after one per intent, near-ties of an intent's best sentence may follow
     it. ``score(query, sentences)`` returns one score per sentence. An intent with nothing above ``min_score``
     is named as not covered; when no intent is covered the answer says the evidence does not answer.
+    ``sentences``: ``evidence_sentences(evidence)`` when the caller has them already.
     """
-    sents = _sentences(evidence)
+    sents = list(sentences) if sentences is not None else evidence_sentences(evidence)
     continues = _continuations(evidence)
     intents = list(intents) or [Intent(0, question)]
     chosen: dict[int, list[int]] = {}
@@ -299,14 +344,14 @@ def extractive_answer(
     for pos, intent in enumerate(intents):
         scores = _answered_questions(_scores(score, intent.text, sents), sents, continues)
         numeric = asks_for_number(intent.text) or (len(intents) == 1 and asks_for_number(question))
-        order = _ordered(scores, sents, min_score=min_score, numeric=numeric)
+        order = _ordered(scores, sents, min_score=min_score, numeric=numeric, tie_band=tie_band)
         taken = [i for ids in chosen.values() for i in ids]
         pick = next((i for i in order if not any(_near_duplicate(sents[i], sents[j]) for j in taken)), None)
         if pick is None:
             uncovered.append(intent)
             continue
         chosen[pos] = [pick]
-        floor = scores[pick] - _TIE_BAND * abs(scores[pick])
+        floor = scores[pick] - tie_band * abs(scores[pick])
         extras += [(-scores[i], pos, i) for i in order if i != pick and scores[i] >= floor]
     wanted = {pos: frozenset(bm25_tokens(intent.text)) for pos, intent in enumerate(intents)}
     df = Counter(t for sent in sents for t in sent.tokens)
@@ -330,10 +375,37 @@ def extractive_answer(
             continue
         if not any(_near_duplicate(sents[i], sents[j]) for j in taken):
             chosen[pos].append(i)
+    for pos, ids in chosen.items():
+        chosen[pos] = _with_steps(sents, ids)
     return Generated(_compose(sents, chosen, uncovered), MODEL)
 
 
-def _compose(sents: Sequence[_Sentence], chosen: dict[int, list[int]], uncovered: Sequence[Intent]) -> str:
+_MAX_STEPS = 8
+
+
+def _with_steps(sents: Sequence[EvidenceSentence], ids: Sequence[int]) -> list[int]:
+    """A quoted sentence that introduces steps or a list ("Follow these steps:") is quoted with them: the list
+    items after it in its passage, in order (at most ``_MAX_STEPS``)."""
+    out: list[int] = []
+    for i in ids:
+        if i in out:
+            continue
+        out.append(i)
+        if not sents[i].text.rstrip().endswith(":"):
+            continue
+        j = i + 1
+        while j < len(sents) and sents[j].n == sents[i].n and j - i <= _MAX_STEPS and not sents[j].asks:
+            if j not in out:
+                out.append(j)
+            if sents[j].text.rstrip().endswith((":", "?")):
+                break
+            j += 1
+    return out
+
+
+def _compose(
+    sents: Sequence[EvidenceSentence], chosen: dict[int, list[int]], uncovered: Sequence[Intent]
+) -> str:
     if not chosen:
         return NO_ANSWER
     # one line per quoted sentence: a sentence that spans lines in its passage (a list item, a table cell) is

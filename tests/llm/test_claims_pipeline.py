@@ -42,6 +42,13 @@ def _ask(sample_data_dir: Path, embedder: Any, fake: FakeOpenAI, question: str) 
     return pipeline.ask(Question(question, ALICE, as_of=date(2026, 6, 1))).to_json()
 
 
+def assert_badge(r: dict[str, Any]) -> None:
+    """ "Citations checked" (``verified``) is every claim supported and, per part of the question, a quoted
+    sentence the reader vouches for (docs/reader.md): the claim check alone never shows it."""
+    vouched = all(i.get("supported") is not False for i in r["answer_check"]["intents"])
+    assert r["verified"] == (r["verification"]["verified"] and r["answer_check"]["complete"] and vouched)
+
+
 def _stage(r: dict[str, Any], name: str) -> dict[str, Any]:
     return next(s["detail"] for s in r["stages"] if s["name"] == name)
 
@@ -64,7 +71,8 @@ def test_the_issue_answer_is_never_shown_as_checked(sample_data_dir: Path, embed
     assert "Yes, we can refund" not in r["answer"]
     assert "not refundable" in r["answer"] and "was not shown" in r["answer"]
     assert r["verification"]["notice"] in r["answer"]
-    assert r["verified"] is True and all(c["verdict"] == "supported" for c in r["claims"])
+    assert r["verification"]["verified"] is True and all(c["verdict"] == "supported" for c in r["claims"])
+    assert_badge(r)
 
 
 def test_a_repair_that_fixes_the_claim_is_served_and_traced(sample_data_dir: Path, embedder: Any) -> None:
@@ -78,7 +86,10 @@ def test_a_repair_that_fixes_the_claim_is_served_and_traced(sample_data_dir: Pat
     with FakeOpenAI() as fake:
         fake.queue(Reply(text=ISSUE_ANSWER), fixed)
         r = _ask(sample_data_dir, embedder, fake, GIFT_CARD)
-    assert r["verified"] is True and r["answer"].startswith("No. Gift cards are not refundable")
+    assert r["verification"]["verified"] is True and r["answer"].startswith(
+        "No. Gift cards are not refundable"
+    )
+    assert_badge(r)
     detail = _stage(r, "claims")
     assert detail["repaired"] is True and detail["repair"]["failed"][0]["verdict"] == "contradicted"
     assert "contradicted" in detail["verdicts"] and detail["verdicts"]["contradicted"] >= 1
@@ -100,14 +111,16 @@ def test_a_changed_number_is_contradicted_not_checked(sample_data_dir: Path, emb
     )
     # the old citation check passed it: 90 also occurs in that passage ("between 46 and 90 days")
     assert "90 days" not in r["answer"].split("\n\n")[0]
-    assert all(c["verdict"] == "supported" for c in r["claims"]) == r["verified"]
+    assert all(c["verdict"] == "supported" for c in r["claims"]) == r["verification"]["verified"]
+    assert_badge(r)
     assert "was not shown" in r["answer"] and "45 days" in r["answer"]
 
 
 def test_extractive_answers_are_verified(sample_data_dir: Path, embedder: Any) -> None:
     pipeline = Pipeline(load_settings(data_dir=sample_data_dir), embedder=embedder)
     r = pipeline.ask(Question(RETURNS, ALICE, as_of=date(2026, 6, 1))).to_json()
-    assert r["claims"] and r["verified"] is True, r["claims"]
+    assert r["claims"] and r["verification"]["verified"] is True, r["claims"]
+    assert_badge(r)
     assert "repair" not in _stage(r, "claims")
 
 

@@ -28,7 +28,9 @@ def test_salary_band_question_answers_with_the_senior_engineer_row(pipeline: Pip
     assert "105,000" in claims[0] and "147,000" in claims[0]
     assert not any("sets the salary band" in c or "1 July" in c for c in claims), r["answer"]
     assert all(c["valid"] and c["supported"] for c in r["citations"]), r["citations"]
-    assert r["answer_check"]["complete"] is True
+    assert all(i["addressed"] for i in r["answer_check"]["intents"])
+    # the badge also needs the reader to vouch for the quoted row (docs/reader.md)
+    assert r["answer_check"]["complete"] == all(i["supported"] for i in r["answer_check"]["intents"])
     assert any(s["name"] == "answer_check" for s in r["stages"])
 
 
