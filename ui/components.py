@@ -42,6 +42,7 @@ CSS = """
 .rag-badge.abstain { background: #fff3d6; color: #8a5a00; }
 .rag-badge.fail { background: #ffe0e0; color: #b01c1c; }
 .rag-badge.ok { background: #dcf5e3; color: #1b7a3a; }
+.rag-badge.unconfirmed { background: #eceff3; color: #3d4a5c; }
 </style>
 """
 
@@ -174,7 +175,23 @@ def badges_html(trace: dict[str, Any]) -> str:
         out.append(
             f'<span class="rag-badge fail">{len(unchecked_claims(trace))} claim(s) not supported by the evidence</span>'
         )
+    elif unconfirmed_intents(trace):
+        # every quote is in its passage, but the reader does not vouch that it states what was asked
+        out.append(
+            '<span class="rag-badge unconfirmed">Quoted from the sources; not confirmed as the answer</span>'
+        )
     return "".join(out)
+
+
+def unconfirmed_intents(trace: dict[str, Any]) -> list[str]:
+    """The parts of the question whose quoted sentence the reader did not vouch for (``supported`` False)."""
+    if trace.get("abstained"):
+        return []
+    return [
+        str(c.get("text", ""))
+        for c in (trace.get("answer_check") or {}).get("intents") or []
+        if c.get("supported") is False
+    ]
 
 
 # ----------------------------------------------------------------------------- the answer

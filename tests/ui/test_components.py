@@ -336,3 +336,24 @@ def test_citations_checked_only_when_every_claim_is_supported() -> None:
     partial = {**good, "answer_check": {"complete": False}}
     assert not components.citations_checked(partial)
     assert not components.citations_checked({**good, "verified": None})  # an old trace without a claim check
+
+
+def test_a_quote_the_reader_does_not_vouch_for_is_marked_unconfirmed_not_checked() -> None:
+    ok_cite = [
+        {"n": 1, "chunk_id": "c1", "valid": True, "supported": True, "sentence": "s", "support_score": 1}
+    ]
+    trace = {
+        "answer": "Lock your screen when you leave your desk [1].",
+        "citations": ok_cite,
+        "claims": [{"text": "Lock your screen when you leave your desk [1].", "verdict": "supported"}],
+        "verified": False,
+        "answer_check": {
+            "complete": False,
+            "intents": [{"text": "What if I lose my laptop?", "addressed": True, "supported": False}],
+        },
+        "evidence": [],
+    }
+    badges = components.badges_html(trace)
+    assert "Citations checked" not in badges and "not confirmed as the answer" in badges
+    assert components.unconfirmed_intents(trace) == ["What if I lose my laptop?"]
+    assert components.unconfirmed_intents({**trace, "abstained": True}) == []
