@@ -586,16 +586,21 @@ class Pipeline:
 
         return score
 
-    def sentence_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
-        """Vectors of evidence sentences by text: the ones stored at ingestion, the rest (a table row read with its
-        header, a passage of an index built before sentence vectors) embedded now, once each, or with
-        ``stored_only`` a zero row."""
+    def _stored_sentence_vectors(self, evidence: Sequence[Evidence]) -> dict[str, np.ndarray]:
+        """The evidence sentences' vectors embedded at ingestion, by sentence text."""
         known: dict[str, np.ndarray] = {}
         for e in evidence:
             vectors = self.reader.sentence_vectors(e.candidate.chunk_id)
             units = sentence_units(e.candidate.chunk.text)
             if vectors is not None and len(vectors) == len(units):
                 known.update(zip(units, vectors, strict=True))
+        return known
+
+    def sentence_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
+        """Vectors of evidence sentences by text: the ones stored at ingestion, the rest (a table row read with its
+        header, a passage of an index built before sentence vectors) embedded now, once each, or with
+        ``stored_only`` a zero row."""
+        known = self._stored_sentence_vectors(evidence)
 
         def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
             if stored_only:
@@ -1009,12 +1014,7 @@ class Pipeline:
     def claim_cosine(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
         """Cosines between a claim and passage sentences, from the sentence vectors stored at ingestion (a claim
         that quotes an evidence sentence reuses its vector; other claims are embedded once each)."""
-        known: dict[str, np.ndarray] = {}
-        for e in evidence:
-            vectors = self.reader.sentence_vectors(e.candidate.chunk_id)
-            units = sentence_units(e.candidate.chunk.text)
-            if vectors is not None and len(vectors) == len(units):
-                known.update(zip(units, vectors, strict=True))
+        known = self._stored_sentence_vectors(evidence)
         by_key = {claim_key(u): v for u, v in known.items()}
 
         def cosine(claim: str, sentences: Sequence[str]) -> list[float]:

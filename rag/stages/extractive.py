@@ -198,6 +198,19 @@ def _identifiers(text: str) -> set[str]:
     return {m.upper() for m in re.findall(r"\b[A-Za-z]{2,5}-\d{1,4}\b", text)}
 
 
+def _sentence(
+    unit: str,
+    n: int,
+    context: tuple[int, str, str],
+    *,
+    table: int | None = None,
+    row: str = "",
+    asks: bool = False,
+) -> EvidenceSentence:
+    """``context``: (position, the sentence before, heading)."""
+    return EvidenceSentence(unit, n, frozenset(bm25_tokens(unit)), table, row, asks, *context)
+
+
 def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
     """The sentences an answer may quote, passage by passage in evidence order: no heading, fragment or
     sentence addressed to an AI; a flattened table's rows each read with its header."""
@@ -213,37 +226,16 @@ def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
                 continue
             if _is_heading(text, headings):
                 continue
-            at, position = position, position + 1
+            context = (position, previous, heading)
+            position += 1
             rows = _table_rows(text)
             if rows is None:
-                asks = text.rstrip().endswith("?")
-                out.append(
-                    EvidenceSentence(
-                        text,
-                        ev.n,
-                        frozenset(bm25_tokens(text)),
-                        asks=asks,
-                        position=at,
-                        before=previous,
-                        heading=heading,
-                    )
-                )
+                out.append(_sentence(text, ev.n, context, asks=text.rstrip().endswith("?")))
                 continue
             table = len(out)  # the header alone answers nothing: each row is read with it
-            for row in rows[1:]:
-                unit = _read_row(rows[0], row)
-                out.append(
-                    EvidenceSentence(
-                        unit,
-                        ev.n,
-                        frozenset(bm25_tokens(unit)),
-                        table=table,
-                        row=row,
-                        position=at,
-                        before=previous,
-                        heading=heading,
-                    )
-                )
+            out += [
+                _sentence(_read_row(rows[0], row), ev.n, context, table=table, row=row) for row in rows[1:]
+            ]
     return out
 
 
