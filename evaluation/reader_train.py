@@ -1,6 +1,6 @@
 """Train the reader (``rag/models/reader.json``): which evidence sentence states what a question asks.
 
-    python -m evaluation.reader_train --shared ../shared --work-dir /work/cache/suite [--loco] [--write]
+    python -m evaluation.reader_train --shared ../shared --work-dir /work/cache/suite [--write]
 
 Examples are read off the query path itself: every tune-split question of the policy suites (dev, GitLab, MoJ,
 Hypha, sample) and HotpotQA is asked through the pipeline the app builds, and each sentence of its final
@@ -9,8 +9,8 @@ positive when it lies in a gold quote or holds one (the grader's normalisation);
 go to the intent they share most words with; every sentence of an unanswerable question's evidence (the near
 misses) is negative. HotpotQA: a sentence holding the answer span. Test splits are never read.
 
-``--loco`` reports each policy corpus held out (trained on the others and HotpotQA): the gold sentence first /
-in the top three, and abstention against false abstention at the bar. ``--write`` trains on everything and
+It always reports each policy corpus held out (trained on the others and HotpotQA): the gold sentence first / in
+the top three, and abstention against false abstention at the bar. ``--write`` trains on everything and
 writes the model with its bars: ``answer_bar`` is the highest bar whose false abstentions on the pooled
 out-of-corpus predictions stay at or below ``FALSE_ABSTENTION``; ``support_bar`` the lowest at which what an
 answer would quote (up to three sentences within ``KEEP_RATIO`` of the best) states a gold quote for at least
@@ -36,9 +36,8 @@ POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 FALSE_ABSTENTION = 0.04
 BADGE_PRECISION = 0.9
 MIN_SHOWN = 10  # a support bar is calibrated on at least this many held-out answers
-WITHHELD = (
-    1.0  # the support bar when no bar reaches BADGE_PRECISION: the badge is withheld (no probability is 1)
-)
+# the support bar when no bar reaches BADGE_PRECISION: the badge is withheld (no probability is 1)
+WITHHELD = 1.0
 KEEP_RATIO = 0.3  # a further sentence joins an intent's answer at this share of the best one's probability
 C = 1.0
 
@@ -286,11 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
     parser.add_argument("--work-dir", type=Path, required=True)
-    parser.add_argument("--cache", type=Path, help="Examples collected before (a .npz written by --save).")
+    parser.add_argument("--cache", type=Path, help="Examples collected before (the pickle --save wrote).")
     parser.add_argument("--save", type=Path, help="Write the collected examples here.")
-    parser.add_argument("--loco", action="store_true")
     parser.add_argument(
-        "--ce", type=Path, help="The reader's cross-encoder folder (evaluation.ce_train fit)."
+        "--ce",
+        type=Path,
+        help="Read with this cross-encoder (an evaluation.ce_train fit folder); to ship it, copy the folder into "
+        "rag/models/ under the same name (the model's meta.cross_encoder names it).",
     )
     parser.add_argument(
         "--ce-folds",
@@ -320,9 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             import pickle
 
             args.save.write_bytes(pickle.dumps(groups))
-    if not (
-        args.ce or args.ce_folds
-    ):  # a reader without the cross-encoder: its columns stay 0 (as ``read`` leaves them)
+    if not (args.ce or args.ce_folds):
+        # a reader without the cross-encoder: its columns stay 0 (as ``read`` leaves them)
         cols = [FEATURES.index(f) for f in FEATURES if f.startswith("ce")]
         for g in groups:
             g["x"][:, cols] = 0.0
