@@ -374,3 +374,33 @@ def test_an_unknown_ablation_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="unknown mechanism 'rerank'"):
         load_settings(ablate="bundling,rerank")
     assert load_settings(ablate=" bundling ,").ablated == frozenset({"bundling"})
+
+
+def test_the_reader_is_traced_and_the_badge_follows_it(pipeline: Pipeline) -> None:
+    """The `read` stage gives every intent its best sentences with their probabilities, the answer quotes the best
+    one first, and "Citations checked" (`verified`) is shown only where every intent's quote clears the reader's
+    support bar (docs/reader.md)."""
+    r = ask(pipeline, "How many days of annual leave do I get?")
+    read = next(s["detail"] for s in r["stages"] if s["name"] == "read")
+    assert read["answer_bar"] <= read["support_bar"] and len(read["intents"]) == len(r["intents"])
+    top = read["intents"][0]["top"]
+    assert (
+        top
+        and top[0]["p"] == read["intents"][0]["best"]
+        and all(a["p"] >= b["p"] for a, b in zip(top, top[1:], strict=False))
+    )
+    assert r["answer"].startswith(top[0]["sentence"].split("\n")[0][:40])
+    checks = r["answer_check"]["intents"]
+    assert all(
+        c["support"] is not None and c["supported"] == (c["support"] >= read["support_bar"]) for c in checks
+    )
+    assert r["verified"] == (r["answer_check"]["complete"] and r["verification"]["verified"])
+    if not all(c["supported"] for c in checks):
+        assert not r["verified"]
+
+
+def test_without_the_reader_the_query_path_answers_as_before(sample_data_dir: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    plain = Pipeline(load_settings(data_dir=sample_data_dir, ablate="reader"), embedder=embedder)
+    r = ask(plain, "How many days of annual leave do I get?")
+    assert plain.reader_model is None and "read" not in {s["name"] for s in r["stages"]}
+    assert "25 days" in r["answer"] and all(c.get("support") is None for c in r["answer_check"]["intents"])
