@@ -20,7 +20,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +29,7 @@ from rag.errors import ConfigurationError
 from rag.models import MODELS_DIR
 from rag.stages.abstention import Coverage
 from rag.stages.extractive import EvidenceSentence, asks_for_number, has_number
-from rag.text import bm25_tokens, collapse_ws
+from rag.text import bm25_token_set, bm25_tokens, collapse_ws
 from rag.types import Bundle, Dropped, Evidence, Intent
 
 DEFAULT_READER_MODEL = MODELS_DIR / "reader.json"
@@ -139,9 +138,9 @@ def reader_features(
         if wanted:
             x[i, col["coverage"]] = sum(t in s.tokens for t in wanted) / len(wanted)
             x[i, col["coverage_idf"]] = _share(weights, s.tokens)
-            context = s.tokens | _token_set(s.before) | _token_set(s.heading)
+            context = s.tokens | bm25_token_set(s.before) | bm25_token_set(s.heading)
             x[i, col["context_idf"]] = _share(weights, context)
-            x[i, col["heading_idf"]] = _share(weights, _token_set(s.heading))
+            x[i, col["heading_idf"]] = _share(weights, bm25_token_set(s.heading))
         if pairs:
             own = bm25_tokens(s.text)
             x[i, col["bigram"]] = len(pairs & set(zip(own, own[1:], strict=False))) / len(pairs)
@@ -186,11 +185,6 @@ def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[floa
     x[:, col["ce_read"]] = 0.0
     x[list(read), col["ce_read"]] = 1.0
     return x
-
-
-@cache
-def _token_set(text: str) -> frozenset[str]:
-    return frozenset(bm25_tokens(text)) if text else frozenset()
 
 
 @dataclass(frozen=True)
