@@ -136,7 +136,7 @@ def show_failed_citations(trace: dict[str, Any]) -> None:
             f"{CITATIONS_FAILED}: "
             + "; ".join(
                 f"[{c['n']}] {'does not exist' if not c.get('valid') else 'does not support'}: "
-                f"\u201c{str(c.get('sentence') or '')[:120]}\u201d"
+                f"\u201c{escape_md(str(c.get('sentence') or '')[:120])}\u201d"
                 for c in failed
             ),
             icon=":material/report:",
@@ -201,13 +201,13 @@ def render_answer(trace: dict[str, Any], *, key: str) -> None:
     st.html(CSS + (f"<div>{badges}</div>" if badges else "") + answer_html(trace))
     if trace.get("abstained"):
         st.warning(
-            f"Abstained: {trace.get('abstain_reason') or 'the evidence does not answer the question.'}",
+            f"Abstained: {escape_md(str(trace.get('abstain_reason') or 'the evidence does not answer the question.'))}",
             icon=":material/help:",
         )
     show_failed_citations(trace)
     if trace.get("error"):
         st.warning(
-            f"The language model failed, so the answer quotes the evidence instead: {trace['error']}",
+            f"The language model failed, so the answer quotes the evidence instead: {escape_md(str(trace['error']))}",
             icon=":material/warning:",
         )
     cited = [
@@ -218,19 +218,32 @@ def render_answer(trace: dict[str, Any], *, key: str) -> None:
         cols = st.columns(min(len(cited), 4))
         for i, n in enumerate(cited):
             e = ev[n]
-            with cols[i % len(cols)].popover(f"[{n}] {str(e.get('title') or '')[:28]}", key=f"pop_{key}_{n}"):
+            label = f"[{n}] {escape_md(str(e.get('title') or '')[:28])}"
+            with cols[i % len(cols)].popover(label, key=f"pop_{key}_{n}"):
                 render_passage(e)
 
 
 def render_passage(e: dict[str, Any]) -> None:
     st.markdown(f"**[{e['n']}] {escape_md(str(e.get('title') or ''))}**")
-    st.caption(f"{passage_label(e)} \u00b7 document `{e.get('doc_id')}` \u00b7 chunk `{e.get('chunk_id')}`")
+    st.caption(
+        f"{escape_md(passage_label(e))} \u00b7 document `{e.get('doc_id')}` \u00b7 chunk `{e.get('chunk_id')}`"
+    )
     st.text(str(e.get("text") or ""))
 
 
+# Streamlit's Markdown links bare URLs, www. names and e-mail addresses, and draws :emoji: and :material/icon:
+# shortcodes, after backslash escapes are resolved, so no escape stops them: an invisible word joiner (U+2060)
+# after a colon, inside "www." and before an "@" keeps the text as written while no such pattern matches.
+_JOINER = "\u2060"
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|$<>~&=])")
+_MD_AUTOLINK = re.compile(r":(?=[^\s])|(?<=[\w.+-])@|(?i:\bwww)(?=\\\.)")
+
+
 def escape_md(text: str) -> str:
-    """Escape Markdown so document text shows as written."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~])", r"\\\1", text)
+    """Escape Markdown so user and document text shows as written: no emphasis, link, image, HTML, heading,
+    entity, autolinked URL or e-mail address, or shortcode."""
+    escaped = _MD_SPECIAL.sub(r"\\\1", text)
+    return _MD_AUTOLINK.sub(lambda m: m.group(0) + _JOINER if m.group(0) != "@" else _JOINER + "@", escaped)
 
 
 # ----------------------------------------------------------------------------- the final chunk order
