@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any, overload
 
@@ -55,6 +55,7 @@ from rag.stages.claims import (
 from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import address_report, check_addresses, evidence_sentences, extractive_answer
+from rag.stages.followup import Standalone, standalone, standalone_with_llm
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.hops import (
     HOP_NOTHING_NEW,
@@ -181,6 +182,7 @@ class Result:
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
     claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)
     verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
+    standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/followup.py)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def __post_init__(self) -> None:
@@ -268,6 +270,9 @@ class Result:
             timings_ms=timings,
             stages=[ts.Stage(name=s.name, ms=round(s.ms, 3), detail=s.detail) for s in self.stages],
             error=self.generated.error,
+            standalone=ts.StandaloneQuestion.model_validate(self.standalone.to_json())
+            if self.standalone is not None
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -677,6 +682,13 @@ class Pipeline:
                 as_of=filt.as_of.isoformat(),
                 tags=sorted(filt.tags),
             )
+        asked = question
+        with rec.stage("standalone") as d:
+            # a follow-up is searched and answered as the question it stands for (rag/stages/followup.py)
+            rewrite = self._standalone(question, llm if plan.use_llm else None)
+            d.update(rewrite.to_json())
+        if rewrite.rewritten:
+            question = replace(question, text=rewrite.question)
         with rec.stage("intents") as d:
             intents = [Intent(0, question.text)] if "intents" in s.ablated else split_intents(question.text)
             d["intents"] = [i.text for i in intents]
@@ -857,7 +869,8 @@ class Pipeline:
             d.update(answer_check)
         result = Result(
             trace_id=uuid.uuid4().hex,
-            question=question,
+            question=asked,
+            standalone=rewrite,
             intents=intents,
             candidates=reranked,
             dropped=dropped,
@@ -889,6 +902,15 @@ class Pipeline:
         if self.trace_store is not None:
             self.trace_store.save_trace(result.to_json())
         return result
+
+    def _standalone(self, question: Question, llm: LLM | None) -> Standalone:
+        """The standalone question a follow-up stands for; the question itself without a conversation."""
+        if not question.history or "followup" in self.settings.ablated:
+            reason = "switched off (ablate=followup)" if question.history else "no earlier question"
+            return Standalone(question.text, question.text, False, "none", None, reason)
+        if llm is not None:
+            return standalone_with_llm(question.text, question.history, llm, self.query_vectors)
+        return standalone(question.text, question.history, self.query_vectors)
 
     def _read(self, intents: Sequence[Intent], evidence: Sequence[Evidence]) -> Reading:
         """The reader's probabilities for every (intent, evidence sentence) pair."""

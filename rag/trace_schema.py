@@ -214,6 +214,29 @@ class Tokens(_Record):
     history: int
 
 
+class Replacement(_Record):
+    """One span of the previous question a follow-up's words took the place of."""
+
+    old: str
+    new: str
+    similarity: float
+
+
+class StandaloneQuestion(_Record):
+    """What a follow-up was searched and answered as (rag/stages/followup.py)."""
+
+    asked: str = Field(description="what the user typed")
+    question: str = Field(description="the standalone question searched and answered")
+    rewritten: bool
+    method: str = Field(
+        description="none, self-contained, repeat, substitution, reference, condition, addition, "
+        "substitution+addition, llm, or llm-rejected:<offline method>"
+    )
+    previous: str | None = Field(description="the standalone form of the user's previous question")
+    reason: str = ""
+    replaced: list[Replacement] = []
+
+
 class Stage(_Record):
     """What the runner recorded for one stage. ``detail`` belongs to the stage: free-form JSON."""
 
@@ -264,6 +287,9 @@ class Trace(_Record):
     timings_ms: dict[str, float] = Field(description="per stage, and total")
     stages: list[Stage]
     error: str | None = Field(description="the language model's failure, when the answer fell back")
+    standalone: StandaloneQuestion | None = Field(
+        default=None, description="a follow-up's standalone form; absent before conversations were rewritten"
+    )
 
     def to_json(self, *, defaults: bool = False) -> dict[str, Any]:
         """The trace as JSON-able dicts, keys in schema order. Keys the trace did not carry (an older trace)

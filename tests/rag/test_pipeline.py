@@ -404,3 +404,29 @@ def test_without_the_reader_the_query_path_answers_as_before(sample_data_dir: Pa
     r = ask(plain, "How many days of annual leave do I get?")
     assert plain.reader_model is None and "read" not in {s["name"] for s in r["stages"]}
     assert "25 days" in r["answer"] and all(c.get("support") is None for c in r["answer_check"]["intents"])
+
+
+def test_a_follow_up_is_searched_and_answered_as_the_question_it_stands_for(pipeline: Pipeline) -> None:
+    first = "What is the daily meal allowance for domestic travel?"
+    history = (("user", first), ("assistant", ask(pipeline, first)["answer"]))
+    r = pipeline.ask(Question("and what about for international trips?", ALICE, as_of=TODAY, history=history))
+    j = r.to_json()
+    assert j["question"] == "and what about for international trips?"  # what the user typed stays the question
+    assert j["standalone"]["rewritten"] and j["standalone"]["previous"] == first
+    assert "international" in j["standalone"]["question"] and "domestic" not in j["standalone"]["question"]
+    assert [i["text"] for i in j["intents"]] == [j["standalone"]["question"]]
+    assert "destination city" in j["answer"], j["answer"]
+    assert any(s["name"] == "standalone" for s in j["stages"])
+
+
+def test_a_question_without_a_conversation_is_not_rewritten(pipeline: Pipeline) -> None:
+    j = ask(pipeline, "and what about for international trips?")
+    assert j["standalone"] == {
+        "asked": "and what about for international trips?",
+        "question": "and what about for international trips?",
+        "rewritten": False,
+        "method": "none",
+        "previous": None,
+        "reason": "no earlier question",
+        "replaced": [],
+    }
