@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Siblings count only within this many chunks of each other (None: the whole section).",
     )
+    followup_bar: float = Field(
+        default=0.45,
+        ge=0.0,
+        le=1.0,
+        description="A follow-up's new words take the place of the previous question's closest span when their "
+        "embedding cosine reaches this (rag/stages/followup.py; calibrated on the follow-up suite's tune split).",
+    )
     evidence_cut: float = Field(
         default=0.0,
         ge=0.0,

@@ -908,9 +908,10 @@ class Pipeline:
         if not question.history or "followup" in self.settings.ablated:
             reason = "switched off (ablate=followup)" if question.history else "no earlier question"
             return Standalone(question.text, question.text, False, "none", None, reason)
+        bar = self.settings.followup_bar
         if llm is not None:
-            return standalone_with_llm(question.text, question.history, llm, self.query_vectors)
-        return standalone(question.text, question.history, self.query_vectors)
+            return standalone_with_llm(question.text, question.history, llm, self.query_vectors, bar=bar)
+        return standalone(question.text, question.history, self.query_vectors, bar=bar)
 
     def _read(self, intents: Sequence[Intent], evidence: Sequence[Evidence]) -> Reading:
         """The reader's probabilities for every (intent, evidence sentence) pair."""

@@ -39,8 +39,8 @@ from rag.types import Prompt
 # Embeds short texts (spans of a question) as unit vectors, one row per text.
 Embed = Callable[[Sequence[str]], Sequence[np.ndarray]]
 
-# Cosine at which a follow-up's new span replaces a span of the previous question (calibrated on the
-# follow-up suite's tune split: evaluation/followup_calibrate, docs/evaluation.md).
+# Cosine at which a follow-up's new span replaces a span of the previous question: the default of the setting
+# ``followup_bar``, calibrated on the follow-up suite's tune split (docs/evaluation.md).
 SUBSTITUTE_BAR = 0.45
 EXTEND = 0.1  # a wider span replaces instead when its cosine is at most this much lower
 MAX_SPAN = 3  # the longest span of the previous question a new span may replace, in content words
