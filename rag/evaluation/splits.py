@@ -1,9 +1,9 @@
 """Fixed, seeded tune/test splits for every quality suite, written to disk (``rag/evaluation/suites/splits.json``).
 
 Tuning reads only ``tune``; docs report ``test``. A split is stratified: within each stratum (question type for the
-policy sets, bridge/comparison for HotpotQA) questions are ordered by a seeded hash of their id and dealt
-alternately, so both halves keep every type. SciFact keeps the reranker's own split (``rag.rerank_train.heldout``:
-features-v2 was trained on the other half), so its test half was never trained on.
+policy sets, bridge/comparison for HotpotQA, corpus for the follow-up pairs) questions are ordered by a seeded hash
+of their id and dealt alternately, so both halves keep every type. SciFact keeps the reranker's own split
+(``rag.rerank_train.heldout``: features-v2 was trained on the other half), so its test half was never trained on.
 
 ``python -m rag.evaluation.splits --write`` rebuilds the file from the question files; ``--check`` fails when
 the committed file differs from what the seed gives (new questions get a split only by an explicit rebuild).
@@ -27,6 +27,8 @@ from rag.errors import ConfigurationError
 SEED = "rag-suite-split-2026-12-01"
 SPLITS = ("tune", "test")
 SPLITS_PATH = Path(__file__).parent / "suites" / "splits.json"
+FOLLOWUPS_PATH = SPLITS_PATH.parent / "followups.jsonl"  # (first question, follow-up) pairs over every corpus
+STRATA = {"hotpotqa": "bridge/comparison", "followup": "corpus"}
 
 
 def _norm(text: str) -> str:
@@ -84,11 +86,13 @@ def build(sources: dict[str, list[Path]], scifact_qrels: Path | None = None) -> 
         records = [r for path in paths for r in _jsonl(path)]
         if name == "hotpotqa":
             items = [(str(r["question_id"]), hotpot_kind(r)) for r in records]
+        elif name == "followup":
+            items = [(str(r["id"]), str(r["corpus"])) for r in records]
         else:
             items = [(str(r["id"]), str(r.get("type", "single"))) for r in records]
         splits["suites"][name] = {
             "source": "+".join(p.name for p in paths),
-            "strata": "bridge/comparison" if name == "hotpotqa" else "type",
+            "strata": STRATA.get(name, "type"),
             **stratified(items),
         }
     if scifact_qrels is not None:
@@ -146,6 +150,8 @@ def default_sources(shared: Path) -> dict[str, list[Path]]:
     for name in ("dev", "gitlab", "sample"):
         if (here / f"{name}.jsonl").is_file():
             sources[f"near_miss_{name}"] = [here / f"{name}.jsonl"]
+    if FOLLOWUPS_PATH.is_file():
+        sources["followup"] = [FOLLOWUPS_PATH]
     return sources
 
 
