@@ -540,6 +540,8 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
                 str(r.get("ms_p50", "")),
             )
         tables.append(t)
+    if "followup" in suites:
+        tables.append(followup_table(suites["followup"]))
     if "hotpotqa" in suites:
         h = suites["hotpotqa"]
         t = Table(title="HotpotQA (both files pooled): both supporting paragraphs in the final evidence")
@@ -580,6 +582,54 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def followup_table(f: dict[str, Any]) -> Table:
+    """The follow-ups (asked after their first question) beside the standalone questions they stand for."""
+
+    def diff(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:+.1f} pts"
+
+    t = Table(
+        title=f"Follow-ups ({f['pairs']} conversations): asked after the first question vs the standalone question",
+        show_lines=True,
+    )
+    for col in ("measure", "follow-up", "standalone", "difference"):
+        t.add_column(col)
+    for label, key in (
+        ("all gold in evidence", "all_gold"),
+        ("answer holds a gold quote", "answer_any_gold"),
+        ("best gold at edge", "best_gold_at_edge"),
+    ):
+        t.add_row(
+            label,
+            _rate_cell(f["followup"][key]),
+            _rate_cell(f["standalone"][key]),
+            diff(f[f"{key}_difference"]),
+        )
+    t.add_row(
+        "false abstention",
+        _rate_cell(f["followup"]["false_abstention"]),
+        _rate_cell(f["standalone"]["false_abstention"]),
+        "",
+    )
+    for corpus, c in f["by_corpus"].items():
+        t.add_row(
+            f"all gold, {corpus} ({c['pairs']})",
+            _rate_cell(c["followup_all_gold"]),
+            _rate_cell(c["standalone_all_gold"]),
+            "",
+        )
+    p = f["all_gold_pairs"]
+    t.add_row(
+        "pairs: both / standalone only / follow-up only / neither",
+        f"{p['both']} / {p['standalone_only']} / {p['followup_only']} / {p['neither']}",
+        "",
+        "",
+    )
+    t.add_row("follow-ups rewritten", _rate_cell(f["rewritten"]), "", "")
+    t.add_row("first question: all gold", _rate_cell(f["first_all_gold"]), "", "")
+    return t
+
+
 # The options and folders the dataset-ingesting commands (suite, llm-subset) share.
 SharedOption = Annotated[
     Path | None,
@@ -612,7 +662,7 @@ def suite(
         str,
         typer.Option(
             "--suites",
-            help="Comma-separated: dev,gitlab,moj,hypha,sample,scifact,hotpotqa,unanswerable or all.",
+            help="Comma-separated: dev,gitlab,moj,hypha,sample,followup,scifact,hotpotqa,unanswerable or all.",
         ),
     ] = "all",
     split: Annotated[
@@ -645,7 +695,8 @@ def suite(
         bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")
     ] = False,
 ) -> None:
-    """Every quality suite on one split: policy QA, SciFact, HotpotQA, cross-corpus and near-miss unanswerables."""
+    """Every quality suite on one split: policy QA, follow-ups, SciFact, HotpotQA, cross-corpus and near-miss
+    unanswerables."""
     from evaluation.suite import SUITES, run_suites, strip_rows
     from rag.pipeline import PipelineOptions
 

@@ -14,6 +14,11 @@ index is open at a time. Suites, each on the tune or test half of its fixed spli
   (``benchmarks.retrieval``'s definitions; the test half is the half the reranker never saw).
 * ``hotpotqa``: ``dev-multihop.jsonl`` and ``dev-mixed.jsonl`` pooled into one corpus; both supporting paragraphs
   in the final evidence and the answer span in the answer, separately for bridge and comparison questions.
+* ``followup``: conversations of two turns (``rag/evaluation/suites/followups.jsonl``) over the policy corpora. The
+  first question is asked, then the follow-up with the conversation as its history (the chat's
+  ``rag.memory.select_history`` within the history budget), then the standalone question the follow-up stands for,
+  alone. The follow-up and the standalone question are graded against the same gold: all gold in the evidence,
+  answer holds a gold quote, best gold at an edge, their differences, and how many follow-ups were rewritten.
 * ``unanswerable``: questions of one suite asked against another suite's corpus, which cannot answer them (policy
   questions against Wikipedia paragraphs and scientific abstracts, HotpotQA questions and SciFact claims against the
   policy handbooks): every one must abstain. Pairs whose domains overlap (two employee handbooks) are not used.
@@ -37,13 +42,19 @@ from typing import Any
 import numpy as np
 
 from rag.errors import ConfigurationError
-from rag.evaluation.datasets import EvalQuestion, default_questions_path, load_questions
+from rag.evaluation.datasets import (
+    EvalQuestion,
+    default_questions_path,
+    load_questions,
+    question_from_dict,
+    read_jsonl,
+)
 from rag.evaluation.graders import covered
-from rag.evaluation.splits import SPLITS_PATH, hotpot_kind, split_ids
+from rag.evaluation.splits import FOLLOWUPS_PATH, SPLITS_PATH, hotpot_kind, split_ids
 from rag.evaluation.stats import wilson_interval
 
 POLICY_SUITES = ("dev", "gitlab", "moj", "hypha", "sample")
-SUITES = (*POLICY_SUITES, "scifact", "hotpotqa", "unanswerable")
+SUITES = (*POLICY_SUITES, "followup", "scifact", "hotpotqa", "unanswerable")
 NEAR_MISS_DIR = SPLITS_PATH.parent / "near_miss"
 CROSS_PER_PAIR = 40  # questions per (question suite, foreign corpus) pair, drawn with a fixed seed
 CROSS_SEED = 20261201
@@ -103,12 +114,15 @@ class Paths:
 
 
 def needs_shared(suite: str) -> bool:
-    return suite != "sample"
+    """Whether the suite cannot run at all without the shared data (``followup`` then asks only its sample pairs)."""
+    return suite not in ("sample", "followup")
 
 
 def corpora_for(suites: Sequence[str]) -> list[str]:
     """Corpora the chosen suites ask, in a fixed order (each ingested and opened once)."""
     wanted = {s for s in suites if s != "unanswerable"}
+    if "followup" in suites:
+        wanted |= {p.corpus for p in load_followups()}
     if "unanswerable" in suites:
         # the foreign corpora questions are asked against: those of the chosen suites, or every one when the
         # unanswerables run alone (SciFact's 10k chunks are then the only costly one)
@@ -170,6 +184,43 @@ def cross_questions(paths: Paths, source: str, split: str) -> list[EvalQuestion]
     pool.sort(key=lambda q: q.id)
     random.Random(f"{CROSS_SEED}:{source}:{split}").shuffle(pool)
     return pool[:CROSS_PER_PAIR]
+
+
+@dataclass(frozen=True)
+class FollowupPair:
+    """One two-turn conversation: a first question, a follow-up that only makes sense after it, and the standalone
+    question the follow-up stands for. The follow-up and the standalone question share one gold."""
+
+    id: str
+    corpus: str
+    first: EvalQuestion  # graded against the first question's own gold (``first_evidence``)
+    followup: EvalQuestion
+    standalone: EvalQuestion
+
+
+def load_followups(path: Path = FOLLOWUPS_PATH) -> list[FollowupPair]:
+    pairs = []
+    for line, r in read_jsonl(path):
+        asker: dict[str, Any] = {k: r[k] for k in ("user", "groups", "as_of", "tags") if k in r}
+        gold: dict[str, Any] = {"answer": r.get("answer"), "evidence": r.get("evidence") or [], **asker}
+        first: dict[str, Any] = {"evidence": r.get("first_evidence") or [], **asker}
+        pairs.append(
+            FollowupPair(
+                str(r["id"]),
+                str(r["corpus"]),
+                question_from_dict({"id": f"{r['id']}:first", "question": r["first"], **first}, line),
+                question_from_dict({"id": str(r["id"]), "question": r["followup"], **gold}, line),
+                question_from_dict(
+                    {"id": f"{r['id']}:standalone", "question": r["standalone"], **gold}, line
+                ),
+            )
+        )
+    return pairs
+
+
+def followup_pairs(split: str) -> list[FollowupPair]:
+    keep = split_ids("followup", split)
+    return [p for p in load_followups() if p.id in keep]
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -283,6 +334,48 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    return None if a["rate"] is None or b["rate"] is None else round(a["rate"] - b["rate"], 4)
+
+
+def summarise_followups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The follow-ups against the same questions asked standalone (differences: follow-up minus standalone)."""
+    followup = summarise_policy([r["followup"] for r in rows])
+    standalone = summarise_policy([r["standalone"] for r in rows])
+    first = [r["first"] for r in rows if "all_gold" in r["first"]]
+    both = [r for r in rows if "all_gold" in r["followup"] and "all_gold" in r["standalone"]]
+    by_corpus = {}
+    for corpus in sorted({r["corpus"] for r in rows}):
+        sub = [r for r in rows if r["corpus"] == corpus]
+        by_corpus[corpus] = {
+            "pairs": len(sub),
+            "followup_all_gold": summarise_policy([r["followup"] for r in sub])["all_gold"],
+            "standalone_all_gold": summarise_policy([r["standalone"] for r in sub])["all_gold"],
+        }
+    return {
+        "pairs": len(rows),
+        "followup": followup,
+        "standalone": standalone,
+        "all_gold_difference": _difference(followup["all_gold"], standalone["all_gold"]),
+        "answer_any_gold_difference": _difference(followup["answer_any_gold"], standalone["answer_any_gold"]),
+        "best_gold_at_edge_difference": _difference(
+            followup["best_gold_at_edge"], standalone["best_gold_at_edge"]
+        ),
+        # all gold, pair by pair: how often the conversation loses what the standalone question finds
+        "all_gold_pairs": {
+            "both": sum(r["followup"]["all_gold"] and r["standalone"]["all_gold"] for r in both),
+            "standalone_only": sum(
+                r["standalone"]["all_gold"] and not r["followup"]["all_gold"] for r in both
+            ),
+            "followup_only": sum(r["followup"]["all_gold"] and not r["standalone"]["all_gold"] for r in both),
+            "neither": sum(not (r["followup"]["all_gold"] or r["standalone"]["all_gold"]) for r in both),
+        },
+        "first_all_gold": rate(sum(r["all_gold"] for r in first), len(first)),
+        "rewritten": rate(sum(r["rewritten"] for r in rows), len(rows)),
+        "by_corpus": by_corpus,
+    }
+
+
 # ------------------------------------------------------------------------------------------------ running
 def ask_all(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> list[dict[str, Any]]:
     """``rag ask --json`` objects, one per question, asked as each record's user (default ``eval``)."""
@@ -300,6 +393,42 @@ def run_policy(
             sink(q.id, r)
     rows = [grade_policy(q, r) for q, r in zip(questions, results, strict=True)]
     return {**summarise_policy(rows), "rows": rows}
+
+
+def run_followups(
+    pipeline: Any, pairs: Sequence[FollowupPair], options: Any, sink: Sink | None = None
+) -> list[dict[str, Any]]:
+    """Each pair as the chat asks it: the first question, then the follow-up after it (the chat's history: the
+    turns ``rag.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
+    standalone question alone. One row per pair, each question graded by ``grade_policy``."""
+    from rag.evaluation.qa import as_asked, ask
+    from rag.memory import select_history
+
+    rows = []
+    for p in pairs:
+        first = ask(pipeline, as_asked(p.first), options)
+        turns = [("user", p.first.question), ("assistant", str(first.get("answer") or ""))]
+        history = select_history(turns, pipeline.settings.history_token_budget)
+        followup = ask(pipeline, as_asked(p.followup, history=history), options)
+        standalone = ask(pipeline, as_asked(p.standalone), options)
+        if sink is not None:
+            for q, r in ((p.first, first), (p.followup, followup), (p.standalone, standalone)):
+                sink(q.id, r)
+        # the rewrite stage's record (rag/stages/followup.py); absent before it, hence .get
+        searched = followup.get("standalone") or {}
+        rows.append(
+            {
+                "id": p.id,
+                "corpus": p.corpus,
+                "first": grade_policy(p.first, first),
+                "followup": grade_policy(p.followup, followup),
+                "standalone": grade_policy(p.standalone, standalone),
+                "rewritten": bool(searched.get("rewritten")),
+                "searched_as": searched.get("question"),
+                "rewrite_method": searched.get("method"),
+            }
+        )
+    return rows
 
 
 def run_hotpot(
@@ -427,10 +556,14 @@ def run_suites(
     overrides = settings_overrides or {}
     out: dict[str, Any] = {}
     cross_rows: dict[str, list[dict[str, Any]]] = {}
+    followups = followup_pairs(split) if "followup" in suites else []
+    followup_rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     settings_seen: dict[str, Any] = {}
     for corpus in corpora_for(suites):
         if needs_shared(corpus) and not paths.data.is_dir():
+            if any(p.corpus == corpus for p in followups):
+                log(f"followup: no shared data at {paths.shared}, the {corpus} pairs are not asked")
             continue
         data_dir = ingest_corpus(paths, corpus, log)
         if corpus == "scifact" and "scifact" in suites:
@@ -448,6 +581,10 @@ def run_suites(
                 out[corpus] = run_policy(
                     pipeline, policy_questions(paths, corpus, split), options, _sink(results, corpus)
                 )
+            asked_here = [p for p in followups if p.corpus == corpus]
+            if asked_here:
+                log(f"followup: {len(asked_here)} {corpus} conversations of the {split} split")
+                followup_rows += run_followups(pipeline, asked_here, options, _sink(results, "followup"))
             if corpus == "hotpotqa" and "hotpotqa" in suites:
                 keep = split_ids("hotpotqa", split)
                 log("hotpotqa: asking the split's questions")
@@ -468,6 +605,8 @@ def run_suites(
                     ]
         finally:
             pipeline.reader.close()
+    if "followup" in suites:
+        out["followup"] = {**summarise_followups(followup_rows), "rows": followup_rows}
     if "unanswerable" in suites:
         pairs = {
             name: {
@@ -546,6 +685,21 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     )
                 },
                 "invalid_citations": sum(s["invalid_citations"] for s in policy),
+            }
+        )
+    if "followup" in suites:
+        f = suites["followup"]
+        rows.append(
+            {
+                "suite": "followup",
+                "pairs": f["pairs"],
+                "followup_all_gold": f["followup"]["all_gold"],
+                "standalone_all_gold": f["standalone"]["all_gold"],
+                "all_gold_difference": f["all_gold_difference"],
+                "followup_answer_any_gold": f["followup"]["answer_any_gold"],
+                "standalone_answer_any_gold": f["standalone"]["answer_any_gold"],
+                "followup_best_gold_at_edge": f["followup"]["best_gold_at_edge"],
+                "rewritten": f["rewritten"],
             }
         )
     if "hotpotqa" in suites:

@@ -178,9 +178,11 @@ class QAReport:
         return {"types": self.types, "overall": self.overall, "questions": self.rows, "meta": self.meta}
 
 
-def as_asked(q: EvalQuestion, *, default_user: str = "eval") -> Question:
+def as_asked(
+    q: EvalQuestion, *, default_user: str = "eval", history: Sequence[tuple[str, str]] = ()
+) -> Question:
     """The ``rag.pipeline.Question`` a record is asked as: its own user and groups (else ``default_user`` with
-    no groups), its ``as_of`` date and tags."""
+    no groups), its ``as_of`` date and tags, after the conversation ``history`` ((role, content) turns)."""
     from datetime import date
 
     from rag.pipeline import Question
@@ -191,7 +193,23 @@ def as_asked(q: EvalQuestion, *, default_user: str = "eval") -> Question:
         Principal(q.user or default_user, frozenset(q.groups)),
         date.fromisoformat(q.as_of) if q.as_of else None,
         frozenset(q.tags),
+        history=tuple(history),
     )
+
+
+def ask(pipeline: Any, question: Question, options: Any = None) -> dict[str, Any]:
+    """The ``rag ask --json`` object for ``question``; a ``RagError`` becomes an empty answer with its message."""
+    start = time.perf_counter()
+    try:
+        result: dict[str, Any] = pipeline.ask(question, options).to_json()
+    except RagError as exc:
+        result = {
+            "answer": "",
+            "abstained": False,
+            "error": exc.user_message(),
+            "timings_ms": {"total": (time.perf_counter() - start) * 1000},
+        }
+    return result
 
 
 def run_qa(
@@ -207,17 +225,7 @@ def run_qa(
     rows = []
     results = []
     for i, q in enumerate(questions, 1):
-        question = as_asked(q, default_user=default_user)
-        start = time.perf_counter()
-        try:
-            result = pipeline.ask(question, options).to_json()
-        except RagError as exc:
-            result = {
-                "answer": "",
-                "abstained": False,
-                "error": exc.user_message(),
-                "timings_ms": {"total": (time.perf_counter() - start) * 1000},
-            }
+        result = ask(pipeline, as_asked(q, default_user=default_user), options)
         rows.append(grade_question(q, result))
         results.append({"id": q.id, **result})
         if progress is not None:
