@@ -28,13 +28,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from rag.generation import ChatModel
 from rag.text import STOPWORDS, bm25_token_set, collapse_ws
-from rag.types import Prompt
+from rag.types import Generated, Prompt
+
+
+class Rewriter(Protocol):
+    """What the rewrite needs of an LLM client (``rag.generation.ChatModel`` has it)."""
+
+    def complete(
+        self, prompt: Prompt, *, max_tokens: int | None = None, temperature: float = 0.0
+    ) -> Generated: ...
+
 
 # Embeds short texts (spans of a question) as unit vectors, one row per text.
 Embed = Callable[[Sequence[str]], Sequence[np.ndarray]]
@@ -59,11 +67,20 @@ _AUX = _set(
 # Words that open a continuation of the previous question rather than a question of its own.
 _CONTINUATION = _set("and but also so or then plus ok okay alright")
 _CONTINUATION_PAIRS = frozenset({("what", "about"), ("how", "about"), ("same", "for"), ("what", "of")})
-_CONDITION = _set("if when unless")
+_CONDITION = _set("if unless")
+# A clause that opens with its own subject is a statement about the asker, not a fragment of the question.
+_PRONOUN_SUBJECT = _set("i i'm i've we we're you they he she it")
 # Words that point back at what was asked before.
 _POINTERS = _set("it its that this these those they them their there same such one ones")
 # Words of a question's frame, not its subject: "How many ... do I get?" has the subject "vacation days".
-_FRAME = _WH | _AUX | _set("i me my we our us you your much many long often soon please get")
+_FRAME = (
+    _WH
+    | _AUX
+    | _set(
+        """i me my we our us you your much many long often soon please get need ask happen happens mean matter still
+    even actually really instead"""
+    )
+)
 _NOT_CONTENT = (
     STOPWORDS | _AUX | _WH | _CONTINUATION | _set("please ok okay thanks else instead too same one ones")
 )
@@ -261,74 +278,96 @@ def _question_mark(text: str) -> str:
     return text[:1].upper() + text[1:] + "?"
 
 
-def rewrite(followup: str, previous: str, embed: Embed, *, bar: float = SUBSTITUTE_BAR) -> Standalone:
-    """The standalone form of ``followup`` asked after ``previous`` (itself standalone), without an LLM."""
-    tokens = _tokens(followup)
-    rest, continued, condition = _strip_opening(tokens)
-    pointers = _pointers(rest)
-    is_question = _is_question(rest)
-    content = [t for t in rest if t.content]
-    if not (continued or condition or pointers or not is_question or len(content) <= 1):
-        return Standalone(followup, followup, False, "self-contained", previous, "a question of its own")
-    if not rest or not content and not pointers:
-        return Standalone(followup, previous, True, "repeat", previous, "nothing new: the previous question")
+def _clauses(text: str, tokens: Sequence[_Token]) -> list[list[_Token]]:
+    """The follow-up's clauses: its tokens split where a comma, semicolon or question mark falls between them
+    ("and parental leave, when does that kick in?" has a fragment and a question)."""
+    clauses: list[list[_Token]] = [[]]
+    for prev, t in zip([None, *tokens], tokens, strict=False):
+        if prev is not None and re.search(r"[,;?]", text[prev.end : t.start]):
+            clauses.append([])
+        clauses[-1].append(t)
+    return [c for c in clauses if c]
 
-    core = followup[rest[0].start :] if rest else ""
-    old = _stems(previous)
-    new_runs = _runs(rest, lambda t: t.content and not (_stems(t.text) <= old))
-    shared = _stems(" ".join(t.text for t in rest))
-    spans = _spans(previous, _tokens(previous), shared)
 
-    # substitution: each new span replaces its closest span of the previous question
+def _substitute(
+    followup: str, run_tokens: Sequence[_Token], previous: str, embed: Embed, bar: float
+) -> tuple[str, tuple[tuple[str, str, float], ...], bool]:
+    """The previous question with each new span of a fragment in place of its closest span; returns (text,
+    replacements, whether every new span found a place)."""
+    new_runs = _runs(run_tokens, lambda t: t.content and not (_stems(t.text) <= _stems(previous)))
+    spans = _spans(previous, _tokens(previous), _stems(" ".join(t.text for t in run_tokens)))
+    if not new_runs or not spans:
+        return previous, (), not new_runs
+    news = [_text(followup, r) for r in new_runs]
+    vectors = list(embed([*news, *(s.text for s in spans)]))
+    span_vecs = np.stack(vectors[len(news) :])
     replaced: list[tuple[str, str, float]] = []
     edits: list[tuple[int, int, str]] = []
-    left: list[list[_Token]] = []
-    if new_runs and spans and not (is_question and pointers):
-        news = [_text(followup, r) for r in new_runs]
-        vectors = list(embed([*news, *(s.text for s in spans)]))
-        span_vecs = np.stack(vectors[len(news) :])
-        for run, text, vec in zip(new_runs, news, vectors[: len(news)], strict=True):
-            amount = all(t.amount for t in run)
-            free = [s for s in spans if s.amount == amount and not any(s.overlaps(a, b) for a, b, _ in edits)]
-            sims = {s: 1.0 if amount else float(span_vecs[spans.index(s)] @ vec) for s in free}
-            span = _closest(free, sims, bar)
-            if span is None:
-                left.append(run)
-                continue
-            edits.append((span.start, span.end, text))
-            replaced.append((span.text, text, sims[span]))
-    else:
-        left = new_runs
-    substituted = previous
+    placed = True
+    for run, text, vec in zip(new_runs, news, vectors[: len(news)], strict=True):
+        amount = all(t.amount for t in run)
+        free = [s for s in spans if s.amount == amount and not any(s.overlaps(a, b) for a, b, _ in edits)]
+        sims = {s: 1.0 if amount else float(span_vecs[spans.index(s)] @ vec) for s in free}
+        span = _closest(free, sims, bar)
+        if span is None:
+            placed = False
+            continue
+        edits.append((span.start, span.end, text))
+        replaced.append((span.text, text, sims[span]))
+    out = previous
     for start, end, text in sorted(edits, reverse=True):
-        substituted = substituted[:start] + text + substituted[end:]
+        out = out[:start] + text + out[end:]
+    return out, tuple(replaced), placed
 
-    if condition:
-        clause = core if core.split()[0].lower() in _CONDITION else f"if {core}"
-        question = f"{substituted.rstrip(' ?.!')} {clause}"
-        return Standalone(
-            followup, _question_mark(question), True, "condition", previous, "", tuple(replaced)
-        )
-    if is_question and pointers:
-        # "does that apply abroad?": the previous question's subject in place of the first pointer
-        p = rest[pointers[0]]
-        question = followup[: p.start] + subject(substituted) + followup[p.end :]
-        return Standalone(
-            followup, _question_mark(question), True, "reference", previous, "", tuple(replaced)
-        )
-    if not left:
-        return Standalone(
-            followup, _question_mark(substituted), True, "substitution", previous, "", tuple(replaced)
-        )
-    if (
-        is_question
-    ):  # a question of its own too short to stand alone ("how much?"): about the previous subject
-        question = f"{core.rstrip(' ?.!')} ({subject(substituted)})"
-        return Standalone(followup, _question_mark(question), True, "addition", previous, "", tuple(replaced))
-    # a fragment that replaces nothing ("for part-time staff?") narrows the previous question
-    question = f"{substituted.rstrip(' ?.!')}, {core}"
-    method = "substitution+addition" if replaced else "addition"
-    return Standalone(followup, _question_mark(question), True, method, previous, "", tuple(replaced))
+
+def _depends(rest: Sequence[_Token], continued: bool, previous: str) -> bool:
+    """Whether the follow-up needs the previous question to be understood: it continues it, points back at
+    it, is a fragment, says too little to stand alone, or repeats its words."""
+    if continued or _pointers(rest) or not _is_question(rest):
+        return True
+    topical = [t for t in rest if t.content and t.base not in _FRAME]
+    return len(topical) <= 2 or bool(_stems(" ".join(t.text for t in topical)) & _content_stems(previous))
+
+
+def rewrite(followup: str, previous: str, embed: Embed, *, bar: float = SUBSTITUTE_BAR) -> Standalone:
+    """The standalone form of ``followup`` asked after ``previous`` (itself standalone), without an LLM."""
+    rest, continued, condition = _strip_opening(_tokens(followup))
+    if not condition and not _depends(rest, continued, previous):
+        return Standalone(followup, followup, False, "self-contained", previous, "a question of its own")
+    if not [t for t in rest if t.content] and not _pointers(rest):
+        return Standalone(followup, previous, True, "repeat", previous, "nothing new: the previous question")
+
+    def done(text: str, method: str, replaced: tuple[tuple[str, str, float], ...] = ()) -> Standalone:
+        return Standalone(followup, _question_mark(text), True, method, previous, "", replaced)
+
+    core = followup[rest[0].start :]
+    if condition:  # "what if it's over $500?": the previous question, on that condition
+        condition_text = core if rest[0].base in _CONDITION else f"if {core}"
+        return done(f"{previous.rstrip(' ?.!')} {condition_text}", "condition")
+    clauses = _clauses(followup, rest)
+    questions = [c for c in clauses if _is_question(c)]
+    fragments = [c for c in clauses if not _is_question(c) and c[0].base not in _PRONOUN_SUBJECT]
+    pointed = [(c, i) for c in clauses for i in _pointers(c)[:1]]
+    if pointed:
+        clause, i = next(((c, i) for c, i in pointed if c in questions), pointed[0])
+        pointer = clause[i]
+        if clause in questions and fragments and fragments[0] is not clause:
+            # "and parental leave, when does that kick in?": the fragment is what the pointer stands for
+            referent = _text(followup, fragments[0])
+            text = _text(followup, clause)
+            text = text[: pointer.start - clause[0].start] + referent + text[pointer.end - clause[0].start :]
+            return done(text, "reference")
+        # "does that apply abroad?": the previous question's subject in place of the pointer
+        text = core[: pointer.start - rest[0].start] + subject(previous) + core[pointer.end - rest[0].start :]
+        return done(text, "reference")
+    if not questions:  # a fragment: "and for contractors?", "and a PIN?"
+        text, replaced, placed = _substitute(followup, rest, previous, embed, bar)
+        if placed:
+            return done(text, "substitution", replaced)
+        method = "substitution+addition" if replaced else "addition"
+        return done(f"{text.rstrip(' ?.!')}, {core}", method, replaced)
+    # a question too short to stand alone ("how far ahead do I need to ask?"): about the previous subject
+    return done(f"{core.rstrip(' ?.!')} ({subject(previous)})", "addition")
 
 
 def standalone(
@@ -391,7 +430,7 @@ def check_rewrite(rewritten: str, question: str, history: Sequence[tuple[str, st
 def standalone_with_llm(
     question: str,
     history: Sequence[tuple[str, str]],
-    llm: ChatModel,
+    llm: Rewriter,
     embed: Embed,
     *,
     bar: float = SUBSTITUTE_BAR,

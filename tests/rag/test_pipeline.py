@@ -411,7 +411,8 @@ def test_a_follow_up_is_searched_and_answered_as_the_question_it_stands_for(pipe
     history = (("user", first), ("assistant", ask(pipeline, first)["answer"]))
     r = pipeline.ask(Question("and what about for international trips?", ALICE, as_of=TODAY, history=history))
     j = r.to_json()
-    assert j["question"] == "and what about for international trips?"  # what the user typed stays the question
+    # what the user typed stays the question; the standalone form is what was searched and answered
+    assert j["question"] == "and what about for international trips?"
     assert j["standalone"]["rewritten"] and j["standalone"]["previous"] == first
     assert "international" in j["standalone"]["question"] and "domestic" not in j["standalone"]["question"]
     assert [i["text"] for i in j["intents"]] == [j["standalone"]["question"]]

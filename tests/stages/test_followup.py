@@ -81,6 +81,18 @@ def test_a_pointer_is_replaced_by_the_previous_subject() -> None:
     assert s.question == "Does work remotely from home apply abroad?"
 
 
+def test_a_fragment_before_a_pointing_question_is_what_it_points_at() -> None:
+    s = rewrite("and parental leave, when does that kick in?", "When can I start using paid time off?", embed)
+    assert s.question == "When does parental leave kick in?"
+    assert s.method == "reference"
+
+
+def test_a_short_question_is_asked_about_the_previous_subject() -> None:
+    s = rewrite("how far ahead do I need to ask?", "Can I work from another country for a few weeks?", embed)
+    assert s.question == "How far ahead do I need to ask (work from another country for a few weeks)?"
+    assert s.method == "addition"
+
+
 def test_a_question_of_its_own_is_searched_as_typed() -> None:
     q = "How do I enrol in the pension plan?"
     s = rewrite(q, MEALS, embed)
