@@ -10,17 +10,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-# English stopwords (the classic Lucene/NLTK-style list); removing them matches the BM25 setups we compare against.
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her here
-    hers herself him himself his how i if in into is it its itself just me more most my myself no nor not of off on
-    once only or other our ours ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were what when where which
-    while who whom why will with would you your yours yourself yourselves""".split()
-)
-# Negations and numbers carry meaning in policy text ("not", "no"): keep them searchable.
-STOPWORDS = STOPWORDS - {"no", "not", "nor"}
+from rag.lexicon import STOPWORDS
 
 _WORD = re.compile(r"[0-9a-z]+(?:[.'][0-9a-z]+)*")
 # snowballstemmer's stemmer keeps per-word state in the object: one per thread (Pipeline.ask runs in threads).

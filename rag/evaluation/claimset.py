@@ -34,6 +34,7 @@ from typing import Any
 
 from rag.evaluation.splits import split_ids
 from rag.evaluation.stats import wilson_interval
+from rag.lexicon import spell
 from rag.text import split_sentences
 from rag.types import Candidate, Chunk, Evidence
 
@@ -60,27 +61,8 @@ def _sentence(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ true: paraphrases
-_WORDS = {
-    1: "one",
-    2: "two",
-    3: "three",
-    4: "four",
-    5: "five",
-    6: "six",
-    7: "seven",
-    8: "eight",
-    9: "nine",
-    10: "ten",
-    12: "twelve",
-    14: "fourteen",
-    15: "fifteen",
-    20: "twenty",
-    25: "twenty-five",
-    30: "thirty",
-    45: "forty-five",
-    60: "sixty",
-    90: "ninety",
-}
+# The numbers a paraphrase spells out ("30 days" -> "thirty days").
+_WORDS = {n: spell(n) for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 15, 20, 25, 30, 45, 60, 90)}
 _REWORD = [
     (r"\bmay\b", "can"),
     (r"\bmust be\b", "has to be"),

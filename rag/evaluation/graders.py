@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
+from rag.lexicon import SCALES, TENS, UNITS
 from rag.text import normalize
 
 GRADERS = ("paper", "normalised", "strict")
@@ -99,39 +100,7 @@ def paper_match(output: str, answers: Iterable[str]) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # Number words
 # ---------------------------------------------------------------------------------------------------------------
-_UNITS = {
-    w: i
-    for i, w in enumerate(
-        [
-            "zero",
-            "one",
-            "two",
-            "three",
-            "four",
-            "five",
-            "six",
-            "seven",
-            "eight",
-            "nine",
-            "ten",
-            "eleven",
-            "twelve",
-            "thirteen",
-            "fourteen",
-            "fifteen",
-            "sixteen",
-            "seventeen",
-            "eighteen",
-            "nineteen",
-        ]
-    )
-}
-_TENS = {
-    w: 10 * (i + 2)
-    for i, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"])
-}
-_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000}
-_NUMBER_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
+_NUMBER_WORD = "|".join(sorted([*UNITS, *TENS, *SCALES], key=len, reverse=True))
 _NUMBER_RUN = re.compile(rf"\b(?:{_NUMBER_WORD})(?:(?:[\s-]+|\s+and\s+)(?:{_NUMBER_WORD}))*\b")
 
 
@@ -139,14 +108,14 @@ def _words_to_int(words: list[str]) -> int | None:
     total = current = 0
     seen = False
     for w in words:
-        if w in _UNITS:
-            current += _UNITS[w]
-        elif w in _TENS:
-            current += _TENS[w]
+        if w in UNITS:
+            current += UNITS[w]
+        elif w in TENS:
+            current += TENS[w]
         elif w == "hundred":
             current = max(current, 1) * 100
-        elif w in _SCALES:
-            total += max(current, 1) * _SCALES[w]
+        elif w in SCALES:
+            total += max(current, 1) * SCALES[w]
             current = 0
         else:
             return None

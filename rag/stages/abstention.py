@@ -7,8 +7,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rag.lexicon import BE, CARDINAL_PATTERN, FREQUENCIES, MODALS, MONTH_PATTERN, MONTHS
 from rag.stages.budget import intents_of, score_of
-from rag.stages.claims import COMMON_CAPS, MONTHS, Quantity, quantities
+from rag.stages.claims import COMMON_CAPS, Quantity, quantities
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.types import Candidate, Evidence, Generated, Intent
 
@@ -227,10 +228,8 @@ def _has_unit(sentence: str, key: str) -> bool:
     return any(u in stems or u in low for u in _UNITS[key])
 
 
-_NUMBER_WORDS = (
-    r"(?:\d+(?:[.,]\d+)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
-    r"fifteen|sixteen|eighteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|a|an|several|few)"
-)
+# A count opens with a number, a number word or an indefinite ("a day", "several weeks").
+_NUMBER_WORDS = rf"(?:\d+(?:[.,]\d+)?|{CARDINAL_PATTERN}|a|an|several|few)"
 _DURATION_UNITS = frozenset({"minute", "hour", "day", "week", "month", "year"})
 # A count as it opens its noun phrase: "five (5) ", "30-", "seventy-two (72) ", "one ".
 _COUNT = rf"\b{_NUMBER_WORDS}(?:[\s-]+{_NUMBER_WORDS})*(?:\s*\(\d+\))?[\s-]+"
@@ -261,12 +260,8 @@ def _states_count(sentence: str, noun: str) -> bool:
     return re.search(pattern, normalize(sentence), re.IGNORECASE) is not None
 
 
-_MONTH = (
-    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
-    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-)
 _DATE = re.compile(
-    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{MONTH_PATTERN}\b|\b{MONTH_PATTERN}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
     r"|\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b",
     re.IGNORECASE,
 )
@@ -275,8 +270,7 @@ _DATE = re.compile(
 def _has_number(sentence: str) -> bool:
     return bool(
         re.search(
-            r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
-            r"sixty|ninety|hundred|once|twice|annually|weekly|monthly|daily|quarterly)\b",
+            rf"\d|\b(?:{CARDINAL_PATTERN}|{'|'.join(FREQUENCIES)})\b",
             sentence,
             re.IGNORECASE,
         )
@@ -461,10 +455,7 @@ _PLACED = re.compile(
 )
 _CALENDAR = frozenset((*MONTHS, "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 # "there" that does not point at a place: "is there", "there is", "there's", "there will be"
-_BE = frozenset(
-    "is are was were be been being isn't aren't wasn't weren't 's 're will would can could may might must shall "
-    "should seem seems exist exists".split()
-)
+_BE = BE | MODALS | frozenset("be been being 's 're seem seems exist exists".split())
 # A rule stated for every place answers for the named one too.
 _EVERYWHERE = re.compile(
     r"\b(?:any|all|every|each)\s+(?:other\s+)?(?:countr(?:y|ies)|locations?|regions?|jurisdictions?)\b"

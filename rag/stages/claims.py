@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rag.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
 from rag.sentences import sentence_units
 from rag.stages.citations import claim_key, is_sources_line, lexical_support, parse_citations
 from rag.text import bm25_tokens, normalize
@@ -107,26 +108,10 @@ def split_claims(answer: str) -> list[Claim]:
 
 
 # ------------------------------------------------------------------------------------------ comparison
-_NEG_WORDS = {
-    "not",
-    "no",
-    "never",
-    "cannot",
-    "none",
-    "nothing",
-    "nobody",
-    "neither",
-    "nor",
-    "without",
-    "nowhere",
-    "excluded",
-    "prohibited",
-    "forbidden",
-    "ineligible",
-    "unavailable",
-    "disallowed",
-    "non",
-}
+_NEG_WORDS = NEGATIONS | frozenset(
+    "never cannot none nothing nobody neither without nowhere "
+    "excluded prohibited forbidden ineligible unavailable disallowed non".split()
+)
 _NEG_PREFIX = re.compile(
     r"^(?:non|un|in|ir|im|il)-?(refundable|returnable|reimbursable|eligible|paid|allowed|"
     r"permitted|available|acceptable|transferable|required|necessary|approved)$"
@@ -166,42 +151,8 @@ _OPPOSITE_RES = tuple(
     for a, b in OPPOSITES
 )
 
-_NUMBER_WORDS = {
-    "zero": 0,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
-    "thirteen": 13,
-    "fourteen": 14,
-    "fifteen": 15,
-    "sixteen": 16,
-    "seventeen": 17,
-    "eighteen": 18,
-    "nineteen": 19,
-    "twenty": 20,
-    "thirty": 30,
-    "forty": 40,
-    "fifty": 50,
-    "sixty": 60,
-    "seventy": 70,
-    "eighty": 80,
-    "ninety": 90,
-    "hundred": 100,
-    "once": 1,
-    "twice": 2,
-    "half": 0.5,
-    "single": 1,
-    "double": 2,
-}
+# Multiplicatives and fractions count too ("twice a year", "half a day").
+_NUMBER_WORDS: dict[str, float] = {**CARDINALS, "once": 1, "twice": 2, "half": 0.5, "single": 1, "double": 2}
 _UNIT_ALIASES = {
     "day": "day",
     "days": "day",
@@ -256,20 +207,6 @@ _UNIT_ALIASES = {
     "£": "gbp",
     "$": "$",
 }
-MONTHS = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
 _QUANTITY = re.compile(
     r"(?P<cur>[$€£])?\s?(?P<num>(?<![\d.,])\d+(?:[,.]\d+)*(?![\d])|\b(?:"
     + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
@@ -560,7 +497,7 @@ def conflicts(claim: str, sentence: str, *, context: str = "") -> tuple[str, ...
 
 
 # ------------------------------------------------------------------------------------------ matching
-_NOT_CONTENT = _NEG_WORDS | {"yes", "can", "may", "must", "will", "would", "should", "could", "also", "only"}
+_NOT_CONTENT = _NEG_WORDS | MODALS | {"yes", "also", "only"}
 
 
 @functools.lru_cache(maxsize=20_000)

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from rag.lexicon import READER_CARDINALS
 from rag.stages.abstention import quote_user_text
 from rag.text import bm25_tokens, collapse_ws, split_sentences
 from rag.types import Evidence, Generated, Intent
@@ -38,11 +39,7 @@ _ASKS_NUMBER = re.compile(
     r"what (?:is|are) the (?:[\w-]+ ){0,2}(?:limit|maximum|minimum|window|amount|rate|period|cap|deadline))\b",
     re.IGNORECASE,
 )
-_HAS_NUMBER = re.compile(
-    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|"
-    r"fifty|sixty|ninety|hundred)\b",
-    re.IGNORECASE,
-)
+_HAS_NUMBER = re.compile(rf"\d|\b(?:{'|'.join(READER_CARDINALS)})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rag.text import STOPWORDS, bm25_token_set, bm25_tokens, split_sentences
+from rag.lexicon import NEGATIONS, STOPWORDS
+from rag.text import bm25_token_set, bm25_tokens, split_sentences
 from rag.types import Candidate, Chunk
 
 STAGE = "hop"
@@ -48,7 +49,7 @@ _TRAILING_CONNECTOR = re.compile(rf"(?:\s+{_CONNECTOR})+$")
 _ADDRESS = re.compile(r"\]\([^)]*\)|https?://\S+|www\.\S+|\S+@\S+\.\w+")
 # A line opens a sentence too: list items and headings start with a capital whatever they say.
 _LINE_START = re.compile(r"(?m)^[ \t]*(?:[-*#>\u2022]+|\d+[.)]|[a-z][.)]|\(\w+\))?[ \t]*")
-_FUNCTION_WORDS = STOPWORDS | {"no", "not", "nor"}
+_FUNCTION_WORDS = STOPWORDS | NEGATIONS
 
 
 @dataclass(frozen=True)

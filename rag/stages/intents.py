@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from rag.lexicon import AUXILIARIES, BE, WH_WORDS
 from rag.text import bm25_tokens, normalize
 from rag.types import Intent
 
@@ -18,11 +19,9 @@ def _set(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-_WH = _set("what what's whats how how's who who's whom whose when where which why")
+_WH = WH_WORDS | _set("what's whats how's who's")
 # Relative pronouns: "employees who are part-time and who work remotely" is one intent, not two.
 _RELATIVE = _set("who whom whose which where when")
-_AUX = _set("""can could do does did is are was were will would should shall may might must has have had am
-    can't cannot don't doesn't didn't isn't aren't wasn't won't wouldn't shouldn't couldn't""")
 _IMPERATIVE = _set("tell explain list describe show give")
 # Words that cannot start the subject after an auxiliary: "and can be refunded", "and have them approved",
 # "and can come in" (a second verb sharing the first subject, not a new question).
@@ -33,7 +32,6 @@ _NOT_SUBJECT = _set(
 _PRONOUN = _set("i we you they he she it there this that these those")
 _DETERMINER = _set("the a an my your our their his her its any all some every each no")
 _PREDICATE = _set("available allowed required possible necessary eligible covered paid free due open valid")
-_BE = _set("is are was were am isn't aren't wasn't weren't")
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 # Sentences end at "?" always, and at "." / "!" before a capital letter.
@@ -58,17 +56,17 @@ def _clean(text: str) -> str:
 
 def _is_question(sentence: str) -> bool:
     words = _words(sentence)
-    return sentence.rstrip().endswith("?") or bool(words and words[0] in _WH | _AUX | _IMPERATIVE)
+    return sentence.rstrip().endswith("?") or bool(words and words[0] in _WH | AUXILIARIES | _IMPERATIVE)
 
 
 def _aux_clause(words: list[str]) -> bool:
     """'can I refund ...', 'is there a limit', 'do contractors get ...' (auxiliary, then a subject)."""
-    if len(words) < 3 or words[0] not in _AUX:
+    if len(words) < 3 or words[0] not in AUXILIARIES:
         return False
     aux, subject = words[0], words[1]
     if "n't" in aux or aux == "cannot":  # "can't I", "don't we"; not "and can't come in"
         return subject in _PRONOUN
-    if aux in _BE:  # "is there", "are the fees", "are contractors"; not "is available", "are taxed"
+    if aux in BE:  # "is there", "are the fees", "are contractors"; not "is available", "are taxed"
         # "are gift cards refundable", "is parental leave paid": a noun phrase of a word or two, then more
         plural = any(w.endswith("s") and not w.endswith(("ss", "ous")) for w in words[1:3])
         predicate = subject in _PREDICATE or subject.endswith(("ed", "able", "ible"))
