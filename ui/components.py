@@ -31,10 +31,17 @@ CSS = """
 .rag-cite.bad { background: rgba(255, 43, 43, .14); color: #c21f1f; text-decoration: line-through; }
 .rag-cite.weak { background: rgba(255, 164, 33, .18); color: #a15c00; }
 .rag-cite .rag-tip { display: none; position: absolute; z-index: 1000; left: 0; top: 1.5em; width: 26rem;
-  max-width: 70vw; padding: .6em .75em; border-radius: .5em; background: #ffffff; color: #262730;
+  max-width: min(70vw, calc(100vw - 1rem)); max-height: 60vh; overflow-y: auto; padding: .6em .75em;
+  border-radius: .5em; background: #ffffff; color: #262730;
   border: 1px solid #d6d6d9; box-shadow: 0 4px 16px rgba(0,0,0,.18); font-size: .85rem; font-weight: 400;
-  line-height: 1.4; white-space: normal; text-decoration: none; vertical-align: baseline; text-align: left; }
+  line-height: 1.4; white-space: normal; text-decoration: none; vertical-align: baseline; text-align: left;
+  overflow-wrap: anywhere; }
 .rag-cite:hover .rag-tip, .rag-cite:focus .rag-tip, .rag-cite:focus-within .rag-tip { display: block; }
+@media (max-width: 640px) {
+  /* without the placing script: a pop-up as wide as the screen, below its line */
+  .rag-cite .rag-tip { position: fixed; left: .5rem; right: .5rem; width: auto; max-width: none; top: auto;
+    margin-top: 1.4em; max-height: 45vh; }
+}
 .rag-tip b { display: block; margin-bottom: .25em; }
 .rag-tip i { display: block; color: #6b6d76; margin-bottom: .35em; font-style: normal; font-size: .8rem; }
 .rag-badge { display: inline-block; font-size: .75rem; font-weight: 600; padding: .1em .55em; border-radius: .6em;
@@ -45,6 +52,75 @@ CSS = """
 .rag-badge.unconfirmed { background: #eceff3; color: #3d4a5c; }
 </style>
 """
+# Places a [n] preview inside the window when it shows (hover, focus, tap): below its citation, or above it when
+# it fits there and not below, shifted left to stay clear of the right edge, and never under Streamlit's header or
+# the chat box; taller than the room it gets, it scrolls. Installed once per page; it reads no text of the page.
+TIP_SCRIPT = """
+<script>
+(() => {
+  if (window.ragTipsPlaced) return;
+  window.ragTipsPlaced = true;
+  const EDGE = 8;
+  let shown = null;
+  const place = (cite) => {
+    const tip = cite.querySelector(".rag-tip");
+    if (!tip) return;
+    const doc = document.documentElement;
+    const width = doc.clientWidth;
+    // Streamlit's header at the top and the chat box at the bottom stay over the page: keep clear of both.
+    const head = document.querySelector('[data-testid="stHeader"]');
+    const headBottom = head ? head.getBoundingClientRect().bottom : 0;
+    const ceiling = headBottom > 0 && headBottom < window.innerHeight / 3 ? headBottom : 0;
+    const bar = document.querySelector('[data-testid="stBottom"]');
+    const barTop = bar ? bar.getBoundingClientRect().top : window.innerHeight;
+    const floor = barTop > window.innerHeight / 2 ? Math.min(barTop, window.innerHeight) : window.innerHeight;
+    Object.assign(tip.style, {
+      position: "fixed", left: "0px", top: "0px", right: "auto", bottom: "auto", margin: "0",
+      boxSizing: "border-box", width: Math.min(416, width - 2 * EDGE) + "px", maxWidth: "none",
+      maxHeight: "none",
+    });
+    const c = cite.getBoundingClientRect();
+    const below = floor - EDGE - c.bottom;
+    const above = c.top - ceiling - EDGE;
+    let height = tip.getBoundingClientRect().height;
+    let top;
+    if (height <= below) top = c.bottom;
+    else if (height <= above) top = c.top - height;
+    else {
+      const room = Math.max(below, above, 120);
+      tip.style.maxHeight = Math.min(room, floor - ceiling - 2 * EDGE) + "px";
+      height = tip.getBoundingClientRect().height;
+      top = below >= above ? c.bottom : c.top - height;
+      top = Math.min(Math.max(top, ceiling + EDGE), floor - EDGE - height);
+    }
+    const tipWidth = tip.getBoundingClientRect().width || Math.min(416, width - 2 * EDGE);
+    const left = Math.min(Math.max(c.left, EDGE), width - EDGE - tipWidth);
+    tip.style.left = left + "px";
+    tip.style.top = top + "px";
+    shown = cite;
+  };
+  const show = (event) => {
+    const cite = event.target && event.target.closest ? event.target.closest(".rag-cite") : null;
+    if (!cite || cite === shown) return;
+    place(cite);
+    requestAnimationFrame(() => place(cite));  // once the hover or focus style has shown it
+  };
+  for (const name of ["mouseover", "focusin", "click"]) document.addEventListener(name, show, true);
+  const again = () => { if (shown && shown.isConnected) place(shown); };
+  window.addEventListener("scroll", again, true);
+  window.addEventListener("resize", again);
+  document.addEventListener("mouseout", (event) => {
+    if (shown && !shown.contains(event.relatedTarget)) shown = null;
+  }, true);
+})();
+</script>
+"""
+
+
+def show_answer_html(body: str) -> None:
+    """Answer HTML (``badges_html`` / ``answer_html``, every text escaped) with the shared CSS and the script that
+    keeps each [n] preview inside the window."""
+    st.html(CSS + body + TIP_SCRIPT, unsafe_allow_javascript=True)
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -198,7 +274,7 @@ def unconfirmed_intents(trace: dict[str, Any]) -> list[str]:
 def render_answer(trace: dict[str, Any], *, key: str) -> None:
     """The answer with inline citations (hover or click [n]), status badges and one popover per passage."""
     badges = badges_html(trace)
-    st.html(CSS + (f"<div>{badges}</div>" if badges else "") + answer_html(trace))
+    show_answer_html((f"<div>{badges}</div>" if badges else "") + answer_html(trace))
     if trace.get("abstained"):
         st.warning(
             f"Abstained: {escape_md(str(trace.get('abstain_reason') or 'the evidence does not answer the question.'))}",

@@ -17,7 +17,8 @@ import typer
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 
-APP = Path(__file__).resolve().parent / "app.py"
+# The app (ui/app.py) and the route that opens a cited PDF in the browser's viewer (ui/serving.py).
+APP = Path(__file__).resolve().parent / "server.py"
 REPO = APP.parents[1]
 EXEC = os.name == "posix"  # replace this process with Streamlit (see launch)
 
@@ -49,7 +50,7 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 
 def launch(settings: Settings, port: int = 8501, headless: bool = True) -> int:
-    """Run ``streamlit run ui/app.py`` on 127.0.0.1:PORT until it exits; returns its exit status.
+    """Run ``streamlit run ui/server.py`` on 127.0.0.1:PORT until it exits; returns its exit status.
 
     Runs from the repository root so Streamlit finds ``.streamlit/config.toml`` (no tracebacks in the browser).
     On POSIX the process becomes Streamlit (exec): a service manager's SIGTERM (``docker stop``, systemd, a

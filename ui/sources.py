@@ -1,5 +1,6 @@
-"""Sources that open: a cited passage shown in its document (a PDF page rendered with the passage's text boxes
-marked, or a Markdown/text file with the passage highlighted), and the file itself for download.
+"""Sources that open at the passage: a cited passage shown in its document (a PDF page rendered with the passage's
+text boxes marked over it, or a Markdown/text file with the passage highlighted), scrolled so the mark is in view,
+and the file itself: to download, or (ui/serving.py) to open in the browser's PDF viewer at the cited page.
 
 Every view and download looks the document up by its id in the published index and checks the signed-in
 principal against the index's access metadata first, the same groups check retrieval applies. Nothing is served
@@ -9,9 +10,12 @@ so a request cannot tell a restricted document from a missing one.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import io
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -20,11 +24,11 @@ from typing import Any
 import streamlit as st
 
 from rag.types import DocumentMeta, Principal
+from ui.components import escape_md
 
 NOT_AVAILABLE = "This document is not available to you (it does not exist or is restricted to other groups)."
 RENDER_SCALE = 1.6  # 72 dpi points -> pixels; about 950 px wide for an A4 page
-HIGHLIGHT = (255, 212, 0, 110)
-OUTLINE = (214, 150, 0, 255)
+MARK_PAD_PT = 1.5  # a mark reaches this far around its characters
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".text", ".rst"}
 
 
@@ -154,42 +158,52 @@ def highlighted_html(text: str, passage: str) -> str:
 
 
 # ----------------------------------------------------------------------------- rendering a PDF page
-@st.cache_data(max_entries=64, show_spinner=False)
-def render_pdf_page(path: str, mtime: float, page: int, passage: str) -> tuple[bytes, int]:
-    """The 1-based ``page`` of the PDF at ``path`` as PNG bytes with the passage's text boxes marked, and how
-    many boxes were marked (``mtime`` keys the cache to the file's version)."""
+Box = tuple[
+    float, float, float, float
+]  # left, top, right, bottom, as fractions of the page's width and height
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def render_pdf_page(path: str, mtime: float, page: int) -> bytes:
+    """The 1-based ``page`` of the PDF at ``path`` (clamped to its pages) as PNG bytes; ``mtime`` keys the cache to
+    the file's version. The passage is marked over the image (``passage_boxes``), not drawn into it."""
     import pypdfium2 as pdfium
-    from PIL import Image, ImageDraw
 
     pdf = pdfium.PdfDocument(path)
     try:
-        index = min(max(page, 1), len(pdf)) - 1
-        pdf_page = pdf[index]
+        pdf_page = pdf[min(max(page, 1), len(pdf)) - 1]
+        buffer = io.BytesIO()
+        pdf_page.render(scale=RENDER_SCALE).to_pil().convert("RGB").save(buffer, format="PNG", optimize=True)
+        return buffer.getvalue()
+    finally:
+        pdf.close()
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def passage_boxes(path: str, mtime: float, page: int, passage: str) -> tuple[Box, ...]:
+    """Where the passage's text sits on the 1-based ``page``: one box per run of characters on a line, as
+    fractions of the page (top-left origin), so the marks scale with the image. None found: ()."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(path)
+    try:
+        pdf_page = pdf[min(max(page, 1), len(pdf)) - 1]
         textpage = pdf_page.get_textpage()
-        _, height = pdf_page.get_size()
-        image = pdf_page.render(scale=RENDER_SCALE).to_pil().convert("RGBA")
-        overlay = Image.new("RGBA", image.size, (0, 0, 0, 0))
-        draw = ImageDraw.Draw(overlay)
-        text = textpage.get_text_range()
-        boxes = 0
-        for start, end in passage_spans(text, passage):
-            # get_text_range() gives one character per text-page index here (ranges are in text-page indices)
+        width, height = pdf_page.get_size()
+        boxes: list[Box] = []
+        # get_text_range() gives one character per text-page index here (ranges are in text-page indices)
+        for start, end in passage_spans(textpage.get_text_range(), passage):
             for r in range(textpage.count_rects(start, end - start)):
                 left, bottom, right, top = textpage.get_rect(r)
-                draw.rectangle(
+                boxes.append(
                     (
-                        left * RENDER_SCALE - 2,
-                        (height - top) * RENDER_SCALE - 2,
-                        right * RENDER_SCALE + 2,
-                        (height - bottom) * RENDER_SCALE + 2,
-                    ),
-                    fill=HIGHLIGHT,
-                    outline=OUTLINE,
+                        max(left - MARK_PAD_PT, 0.0) / width,
+                        max(height - top - MARK_PAD_PT, 0.0) / height,
+                        min(right + MARK_PAD_PT, width) / width,
+                        min(height - bottom + MARK_PAD_PT, height) / height,
+                    )
                 )
-                boxes += 1
-        buffer = io.BytesIO()
-        Image.alpha_composite(image, overlay).convert("RGB").save(buffer, format="PNG", optimize=True)
-        return buffer.getvalue(), boxes
+        return tuple(boxes)
     finally:
         pdf.close()
 
@@ -197,29 +211,123 @@ def render_pdf_page(path: str, mtime: float, page: int, passage: str) -> tuple[b
 # ----------------------------------------------------------------------------- the viewer
 VIEWER_CSS = """
 <style>
-.rag-source { max-height: 32rem; overflow: auto; white-space: pre-wrap; font-size: .9rem; line-height: 1.5;
-  padding: .75rem 1rem; border: 1px solid #d6d6d9; border-radius: .5rem; background: #fafafa; }
+.rag-view { max-height: min(62vh, 48rem); overflow: auto; border: 1px solid #d6d6d9; border-radius: .5rem;
+  background: #fafafa; overscroll-behavior: contain; }
+.rag-view.text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: .95rem; line-height: 1.55;
+  padding: .75rem 1rem; }
+.rag-page { position: relative; max-width: 60rem; margin: 0 auto; line-height: 0; background: #ffffff; }
+.rag-page img { display: block; width: 100%; height: auto; }
+.rag-hl { position: absolute; background: rgba(255, 212, 0, .42); outline: 1px solid rgba(214, 150, 0, .9);
+  border-radius: 2px; mix-blend-mode: multiply; pointer-events: none; }
 .rag-mark { background: #ffe066; padding: 0 .1em; border-radius: .2em; }
+.rag-quote { display: none; }
+@media (max-width: 640px) {
+  /* a page image is unreadable on a phone: the passage as text instead, the page one link away */
+  .rag-view.pdf.has-quote { display: none; }
+  .rag-quote { display: block; margin: 0; max-height: 50vh; overflow: auto; white-space: pre-wrap; overflow-wrap: anywhere;
+    font-size: 1rem; line-height: 1.55; padding: .7rem .9rem; background: #fffbe6; color: #262730;
+    border-left: 4px solid #ffd400; border-radius: .35rem; }
+}
 </style>
+"""
+# Scrolls the view so the first mark sits a quarter down its box, once the box has a size (a dialog lays out after
+# it opens), and stops as soon as the reader scrolls themselves. The view's id is the only value it reads.
+SCROLL_TO_MARK = """
+<script>
+(() => {
+  const box = document.getElementById("%s");
+  const mark = box && box.querySelector(".rag-hl, .rag-mark");
+  if (!mark) return;
+  let moved = false;
+  for (const name of ["wheel", "touchmove", "keydown", "mousedown"]) {
+    box.addEventListener(name, () => { moved = true; }, { passive: true });
+  }
+  const go = () => {
+    if (moved || !box.clientHeight) return;
+    const top = mark.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+    box.scrollTop = Math.max(0, top - box.clientHeight / 4);
+  };
+  go();
+  requestAnimationFrame(go);
+  for (const ms of [150, 400, 1000]) setTimeout(go, ms);
+  const image = box.querySelector("img");
+  if (image && !image.complete) image.addEventListener("load", go);
+  if (window.ResizeObserver) {
+    const watch = new ResizeObserver(go);
+    watch.observe(box);
+    setTimeout(() => watch.disconnect(), 4000);
+  }
+})();
+</script>
 """
 
 
-def render_source(source: Source, *, page: int | None, passage: str, key: str) -> None:
-    """The document at the cited page with the passage marked, and a download button for the file."""
+def view_id(key: str) -> str:
+    """An HTML id for the view drawn under ``key`` (letters and digits only)."""
+    return "rag-view-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def pdf_view_html(png: bytes, boxes: Sequence[Box], passage: str, key: str) -> str:
+    """A PDF page in a scroll box with the passage's boxes marked over it, opened at the first mark; on a narrow
+    screen the passage as text instead. Every text is escaped; the image is inline (no address to share)."""
+    marks = "".join(
+        f'<span class="rag-hl" style="left:{100 * x0:.3f}%;top:{100 * y0:.3f}%;'
+        f'width:{100 * (x1 - x0):.3f}%;height:{100 * (y1 - y0):.3f}%"></span>'
+        for x0, y0, x1, y1 in boxes
+    )
+    image = base64.b64encode(png).decode("ascii")
+    quote = _quote_html(passage)
+    return (
+        VIEWER_CSS
+        + f'<div class="rag-view pdf{" has-quote" if quote else ""}" id="{view_id(key)}" tabindex="0" '
+        f'aria-label="The cited page, the passage marked"><div class="rag-page">'
+        f'<img src="data:image/png;base64,{image}" alt="The cited page">{marks}</div></div>'
+        + quote
+        + SCROLL_TO_MARK % view_id(key)
+    )
+
+
+def text_view_html(text: str, passage: str, key: str) -> str:
+    """A Markdown or text file, escaped, in a scroll box opened at the first highlighted span of the passage."""
+    return (
+        VIEWER_CSS
+        + f'<div class="rag-view text" id="{view_id(key)}" tabindex="0">{highlighted_html(text, passage)}</div>'
+        + SCROLL_TO_MARK % view_id(key)
+    )
+
+
+def _quote_html(passage: str) -> str:
+    text = passage.strip()
+    return f'<blockquote class="rag-quote">{html.escape(text)}</blockquote>' if text else ""
+
+
+def render_source(
+    source: Source,
+    *,
+    page: int | None,
+    passage: str,
+    key: str,
+    open_link: Callable[[int], str | None] | None = None,
+) -> None:
+    """The document at the cited page, opened at the passage; a link that opens the PDF in the browser's viewer
+    at that page (``open_link(page)``, ui/serving.py), and a download button for the file."""
     if not source.path.is_file():
         st.warning(
-            f"The file of “{source.title}” is no longer where it was indexed ({source.path.name}): re-run "
+            f"The file of “{escape_md(source.title)}” is no longer where it was indexed ({source.path.name}): re-run "
             "`rag ingest` to index its new location.",
             icon=":material/folder_off:",
         )
         return
     data = source.path.read_bytes()
+    shown = None
     if source.is_pdf:
         total = source.pages or 0
         shown = min(max(page or 1, 1), total) if total else max(page or 1, 1)
-        png, boxes = render_pdf_page(str(source.path), source.path.stat().st_mtime, shown, passage)
+        mtime = source.path.stat().st_mtime
+        png = render_pdf_page(str(source.path), mtime, shown)
+        boxes = passage_boxes(str(source.path), mtime, shown, passage) if passage else ()
         st.caption(
-            f"{source.title} · page {shown}"
+            f"{escape_md(source.title)} · page {shown}"
             + (f" of {total}" if total else "")
             + (
                 " · the cited passage is marked"
@@ -227,19 +335,28 @@ def render_source(source: Source, *, page: int | None, passage: str, key: str) -
                 else (" · passage not found on this page" if passage else "")
             )
         )
-        st.image(png, width="stretch")
+        st.html(pdf_view_html(png, boxes, passage, key), unsafe_allow_javascript=True)
     elif source.is_text:
         text = data.decode("utf-8", errors="replace")
-        st.caption(source.title + (" · the cited passage is highlighted" if passage else ""))
-        st.html(VIEWER_CSS + f'<div class="rag-source">{highlighted_html(text, passage)}</div>')
+        st.caption(escape_md(source.title) + (" · the cited passage is highlighted" if passage else ""))
+        st.html(text_view_html(text, passage, key), unsafe_allow_javascript=True)
     else:
-        st.caption(f"{source.title}: no preview for {source.path.suffix or 'this'} files.")
-    st.download_button(
-        f"Download {source.path.name}",
-        data=data,
-        file_name=source.path.name,
-        mime="application/pdf" if source.is_pdf else "text/plain",
-        icon=":material/download:",
-        key=f"dl_{key}",
-        on_click="ignore",
-    )
+        st.caption(f"{escape_md(source.title)}: no preview for {source.path.suffix or 'this'} files.")
+    url = open_link(shown) if open_link is not None and shown is not None else None
+    with st.container(horizontal=True):
+        if url:
+            st.link_button(
+                f"Open the PDF at page {shown}",
+                url,
+                icon=":material/open_in_new:",
+                help="In your browser's PDF viewer, in a new tab",
+            )
+        st.download_button(
+            f"Download {source.path.name}",
+            data=data,
+            file_name=source.path.name,
+            mime="application/pdf" if source.is_pdf else "text/plain",
+            icon=":material/download:",
+            key=f"dl_{key}",
+            on_click="ignore",
+        )

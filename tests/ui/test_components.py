@@ -250,7 +250,7 @@ def test_launch_runs_streamlit_on_localhost_with_the_data_dir(
     monkeypatch.setattr(launch, "EXEC", False)  # elsewhere Streamlit runs as a child until it exits
     assert launch.launch(settings, port=8765) == 0
     for cmd, env, cwd in calls:
-        assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("ui/app.py")
+        assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("ui/server.py")
         assert cmd[cmd.index("--server.port") + 1] == "8765"
         assert cmd[cmd.index("--server.headless") + 1] == "true"
         assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"

@@ -134,9 +134,10 @@ def test_chat_answer_with_citations_beside_the_final_chunk_order(
     assert "45 days" in body
     assert 'class="rag-cite' in body and "rag-tip" in body  # [n] reveals the passage on hover or click
     assert "Customer Refunds and Returns Policy" in body  # the tooltip names the cited document
-    # One popover per cited passage (click to read the whole passage).
-    popovers = nodes(at, "popover")
-    assert popovers and all(p.proto.popover.label.startswith("[") for p in popovers)
+    # One button per cited passage, opening it in a dialog at the passage (ui/cited_sources.py); the label, a
+    # document's title, is escaped Markdown.
+    sources = [b for b in at.button if str(b.key or "").startswith("src_")]
+    assert sources and all(b.label.startswith("\\[") for b in sources), [b.label for b in sources]
 
     # The employee view: the answer alone; the evidence panel is behind "Show how this answer was built".
     assert not frames(at, "position") and not nodes(at, "vega_lite_chart")

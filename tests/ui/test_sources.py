@@ -1,6 +1,8 @@
-"""The employee's chat in a real headless browser: the cold-start banner, sources that open at the cited page with
-the passage marked, a restricted document refused on direct request, the 420 px and 1280 px layouts, and bad
-input (a question over the length limit, "[3]" in a question).
+"""The employee's chat in a real headless browser: the cold-start banner, sources that open at the passage (a wide
+dialog scrolled to the marked passage, the passage as text at 420 px, "Open the PDF at page N" served to its owner
+and refused to anyone else who has the address), citation previews inside the window at 1280 and 420 px, a
+restricted document refused on direct request, the 1280 px evidence panel, and bad input (a question over the
+length limit, "[3]" in a question).
 
 `rag ui` runs with RAG_AUTH=proxy (each Playwright context sends oauth2-proxy's identity headers). Tests run in
 file order: the first one meets the server cold. Screenshots go to test-artifacts/ and, with RAG_SCREENSHOTS=1,
@@ -9,14 +11,23 @@ to docs/images/.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.ui.conftest import CANARY_HR
-from tests.ui.test_auth_browser import _headers, _page, _serve, _shot, browser  # noqa: F401  (fixture)
-from tests.ui.test_browser import ANSWER_TIMEOUT_MS, chromium  # noqa: F401  (fixture)
+from tests.ui.test_auth_browser import (  # noqa: F401  (fixture)
+    DOCS_IMAGES,
+    _headers,
+    _page,
+    _serve,
+    _shot,
+    browser,
+)
+from tests.ui.test_browser import ANSWER_TIMEOUT_MS, ARTIFACTS, chromium  # noqa: F401  (fixture)
 from ui.sources import NOT_AVAILABLE
 
 pytestmark = pytest.mark.browser
@@ -24,6 +35,7 @@ pytestmark = pytest.mark.browser
 HANA = _headers("hana", "staff,hr")
 ALICE = _headers("alice", "staff")
 TABLE_Q = "What is the salary band for a senior engineer?"
+LEAVE_Q = "How many weeks of parental leave do birth parents get?"
 REFUND_Q = "How many days does a customer have to return an item for a full refund?"
 
 
@@ -63,29 +75,148 @@ def test_cold_start_shows_the_chat_box_and_a_loading_banner(url: str, browser) -
         page.get_by_text("Loading the models", exact=False).first.wait_for(state="detached", timeout=240_000)
 
 
-def test_a_citation_opens_its_pdf_page_with_the_passage_marked(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    with _page(browser, HANA) as page:
+def _open_source(page, title: str):  # type: ignore[no-untyped-def]
+    """Click the source button under the answer that names ``title``; the dialog it opens."""
+    page.get_by_role("button", name=re.compile(rf"\[\d+\] {re.escape(title)}")).first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for(timeout=60_000)
+    return dialog
+
+
+def _inside(inner: dict | None, outer: dict | None, slack: float = 1.0) -> bool:  # type: ignore[type-arg]
+    return bool(
+        inner
+        and outer
+        and inner["x"] >= outer["x"] - slack
+        and inner["y"] >= outer["y"] - slack
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + slack
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + slack
+    )
+
+
+def _window(page) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    size = page.viewport_size
+    return {"x": 0, "y": 0, "width": size["width"], "height": size["height"]}
+
+
+def _no_horizontal_overflow(page) -> bool:  # type: ignore[no-untyped-def]
+    return bool(page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth"))
+
+
+def _source_shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    """What the window shows (a dialog or a pop-up over the page): test-artifacts/, and docs/images/ with
+    RAG_SCREENSHOTS=1."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+    if os.environ.get("RAG_SCREENSHOTS") == "1":
+        page.screenshot(path=str(DOCS_IMAGES / name))
+
+
+def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=HANA)
+    try:
+        page = context.new_page()
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, TABLE_Q, 0)
-        answer = page.locator(".rag-answer").first.inner_text()
+        # Parental leave is section 4 of the leave policy, in the lower part of its page.
+        _answer(page, LEAVE_Q, 0)
+        assert "18 weeks" in page.locator(".rag-answer").first.inner_text()
+        dialog = _open_source(page, "Leave Policy")
+        page.wait_for_function(
+            "(() => { const i = document.querySelector('[role=dialog] .rag-page img');"
+            " return i && i.complete && i.naturalWidth > 500; })()",
+            timeout=60_000,
+        )
+        page.wait_for_timeout(1500)  # the view scrolls to the mark once the dialog has its size
+        text = dialog.inner_text()
+        assert "page 1" in text and "the cited passage is marked" in text, text
+        box = dialog.bounding_box()
+        assert box and box["width"] >= 1000, box  # wide enough to read the page (st.dialog width="large")
+        view = dialog.locator(".rag-view")
+        marks = dialog.locator(".rag-hl")
+        assert marks.count() >= 1
+        # The first mark of the passage is in view without the user scrolling: inside the page view's visible box,
+        # the dialog and the window; at the top of the page it would lie below the view's fold.
+        mark = marks.first.bounding_box()
+        shown = view.bounding_box()
+        assert _inside(mark, shown) and _inside(mark, box) and _inside(mark, _window(page)), (
+            mark,
+            shown,
+            box,
+        )
+        scrolled, height = view.evaluate("v => [v.scrollTop, v.clientHeight]")
+        assert mark and shown and mark["y"] - shown["y"] + scrolled > height, (mark, shown, scrolled, height)
+        assert dialog.get_by_text("Download leave.pdf").count() == 1
+        _source_shot(page, "ui-source-dialog-1280.png")
+        page.keyboard.press("Escape")
+        dialog.wait_for(state="hidden", timeout=10_000)
+
+        # The hr-only salary bands: "Open the PDF at page 1" is served to hana, its owner.
+        _answer(page, TABLE_Q, 1)
+        answer = page.locator(".rag-answer").nth(1).inner_text()
         assert "L5 Senior software engineer" in answer and "147,000" in answer, answer
         assert "sets the salary band" not in answer
-        # The employee view: no evidence table until asked for.
-        assert page.get_by_test_id("stDataFrame").count() == 0
-        page.get_by_test_id("stPopover").first.locator("button").first.click()
-        body = page.get_by_test_id("stPopoverBody")
-        image = body.locator("img").first
-        image.wait_for(timeout=60_000)
-        page.wait_for_function(
-            "(() => { const i = document.querySelector('[data-testid=\"stPopoverBody\"] img');"
-            " return i && i.complete && i.naturalWidth > 500; })()",
-            timeout=30_000,
+        assert page.get_by_test_id("stDataFrame").count() == 0  # the employee view: no evidence table
+        dialog = _open_source(page, "Salary Bands")
+        link = dialog.get_by_role("link", name="Open the PDF at page 1")
+        link.wait_for(timeout=60_000)
+        href = link.get_attribute("href") or ""
+        assert href.startswith("/api/source/") and href.endswith("#page=1"), href
+        assert link.get_attribute("target") == "_blank"
+        assert dialog.get_by_text("Download salary-bands.pdf").count() == 1
+        served = context.request.get(url + href.split("#")[0])
+        assert served.status == 200 and served.headers["content-type"] == "application/pdf"
+        assert served.body().startswith(b"%PDF") and served.headers["content-disposition"].startswith(
+            "inline"
         )
-        text = body.inner_text()
-        assert "page 1" in text and "the cited passage is marked" in text, text
-        assert body.get_by_text("Download salary-bands.pdf").count() == 1
-        _shot(page, "ui-source-highlight.png")
+    finally:
+        context.close()
+
+    # Refused to an outsider who has the very same address (pasted, not made for her), and to her variants of it.
+    with _page(browser, ALICE) as page:
+        for address in (
+            href,
+            href.split("?")[0],
+            href.replace("link=", "link=x"),
+            href.split("#")[0] + "&page=1",
+        ):
+            response = page.request.get(url + address.split("#")[0])
+            assert response.status in (403, 404), (address, response.status)
+            assert not response.body().startswith(b"%PDF") and b"CANARY" not in response.body()
+        opened = page.goto(url + href)  # as a pasted link: a navigation, fragment and all
+        assert opened is not None and opened.status == 403
+        assert "not valid for you" in page.locator("body").inner_text()
+
+
+def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
+    context = browser.new_context(viewport={"width": 420, "height": 860}, extra_http_headers=ALICE)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
+        _answer(page, REFUND_Q, 0)
+        dialog = _open_source(page, "Customer Refunds")
+        quote = dialog.locator(".rag-quote")
+        quote.wait_for(state="visible", timeout=60_000)
+        page.wait_for_timeout(1000)
+        # The passage as text, readable: full size, inside the window, no page image squeezed to 400 px.
+        assert "45 days" in quote.inner_text()
+        assert not dialog.locator(".rag-view").is_visible()
+        assert _inside(quote.bounding_box(), _window(page)) and _no_horizontal_overflow(page)
+        assert quote.evaluate("q => parseFloat(getComputedStyle(q).fontSize)") >= 15
+        link = dialog.get_by_role("link", name="Open the PDF at page 1")
+        assert _inside(link.bounding_box(), _window(page))
+        href = link.get_attribute("href") or ""
+        assert href.endswith("#page=1"), href
+        _source_shot(page, "ui-source-dialog-420.png")
+        # Her own link opens her document; the same link with the salary bands' id in it does not.
+        own = context.request.get(url + href.split("#")[0])
+        assert own.status == 200 and own.body().startswith(b"%PDF")
+        doc_id = href.split("/api/source/", 1)[1].split("?", 1)[0]
+        swapped = context.request.get(url + href.split("#")[0].replace(doc_id, _salary_doc_id(ui_data_dir)))
+        assert swapped.status == 403 and not swapped.body().startswith(b"%PDF")
+    finally:
+        context.close()
 
 
 def test_a_restricted_document_is_refused_on_direct_request(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
@@ -130,21 +261,41 @@ def test_bad_input_length_limit_and_brackets(url: str, browser, ui_data_dir: Pat
         _shot(page, "ui-brackets.png")
 
 
-def test_420_px_citation_pop_up_stays_on_screen(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 420, "height": 860}, extra_http_headers=ALICE)
+@pytest.mark.parametrize(("width", "height"), [(1280, 900), (420, 860)])
+def test_citation_previews_stay_inside_the_window(url: str, browser, width: int, height: int) -> None:  # type: ignore[no-untyped-def] # noqa: F811
+    context = browser.new_context(viewport={"width": width, "height": height}, extra_http_headers=ALICE)
     try:
         page = context.new_page()
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
         _answer(page, REFUND_Q, 0)
-        cite = page.locator(".rag-cite").first
-        cite.scroll_into_view_if_needed()
-        cite.click()
-        tip = cite.locator(".rag-tip")
-        tip.wait_for(state="visible", timeout=10_000)
-        box = tip.bounding_box()
-        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 420, box
-        _shot(page, "ui-chat-420.png")
+        cites = page.locator(".rag-cite")
+        assert cites.count() >= 1
+        bottom = page.get_by_test_id("stBottom").bounding_box()
+        floor = bottom["y"] if bottom else height
+        for i in range(cites.count()):
+            cite = cites.nth(i)
+            cite.scroll_into_view_if_needed()
+            if width < 640:
+                cite.click()  # a tap
+            else:
+                cite.hover()
+            tip = cite.locator(".rag-tip")
+            tip.wait_for(state="visible", timeout=10_000)
+            page.wait_for_timeout(300)
+            box = tip.bounding_box()
+            # Inside the window (no part off the right edge or below the bottom) and clear of the chat box.
+            assert _inside(box, _window(page)), (i, box)
+            assert box and box["y"] + box["height"] <= floor + 1, (i, box, floor)
+            assert "Refunds" in tip.inner_text()
+            assert _no_horizontal_overflow(page)
+            if (
+                i == 0
+            ):  # at 1280 px the first [n] ends a long line: its pop-up must not run off the right edge
+                _source_shot(page, f"ui-source-preview-{width}.png")
+                if width < 640:
+                    _shot(page, "ui-chat-420.png")
+            page.mouse.click(2, height // 2)  # away: the pop-up goes
     finally:
         context.close()
 

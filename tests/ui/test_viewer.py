@@ -7,8 +7,17 @@ from pathlib import Path
 import pytest
 
 from rag.types import Principal
-from tests.ui.test_pages import assert_clean, goto, open_app, sent
-from ui.sources import NOT_AVAILABLE, highlighted_html, passage_spans, readable_source, render_pdf_page
+from tests.ui.test_pages import ask, assert_clean, goto, open_app, sent
+from ui.sources import (
+    NOT_AVAILABLE,
+    highlighted_html,
+    passage_boxes,
+    passage_spans,
+    pdf_view_html,
+    readable_source,
+    render_pdf_page,
+    text_view_html,
+)
 from ui.views.chat import conversation_json, conversation_markdown, distinct_title, too_long
 
 ALICE = Principal("alice", frozenset({"staff"}))
@@ -49,17 +58,34 @@ def test_the_passage_is_found_despite_reflowed_whitespace_and_highlighted_as_tex
 
 
 def test_a_pdf_page_renders_with_the_passage_marked() -> None:
-    png, boxes = render_pdf_page(
-        str(SAMPLE / "refunds.pdf"),
-        0.0,
-        1,
-        "Customers may return items within 45 days of delivery for a full refund.",
+    path = str(SAMPLE / "refunds.pdf")
+    assert render_pdf_page(path, 0.0, 1).startswith(b"\x89PNG")
+    boxes = passage_boxes(
+        path, 0.0, 1, "Customers may return items within 45 days of delivery for a full refund."
     )
-    assert png.startswith(b"\x89PNG") and boxes >= 1
-    _, none = render_pdf_page(
-        str(SAMPLE / "refunds.pdf"), 0.0, 1, "Nothing like this sentence is on the page."
+    assert boxes and all(0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1 for x0, y0, x1, y1 in boxes)
+    assert passage_boxes(path, 0.0, 1, "Nothing like this sentence is on the page.") == ()
+    # the marks sit where the passage is printed: "3. Standard returns" is below the page's top third
+    assert min(y0 for _, y0, _, _ in boxes) > 0.2
+
+
+def test_the_view_opens_at_the_mark_and_shows_document_text_as_text() -> None:
+    hostile = '<img src=x onerror="alert(1)"> **bold** [link](http://evil.example)'
+    view = pdf_view_html(b"\x89PNG fake", [(0.1, 0.5, 0.9, 0.55)], hostile, key="k1")
+    assert 'class="rag-hl" style="left:10.000%;top:50.000%;width:80.000%;height:5.000%"' in view
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in view and "<img src=x" not in view
+    assert view.count("<img ") == 1 and 'src="data:image/png;base64,' in view  # the page itself, inline
+    # the passage as text on a narrow screen; with no passage, the page at every width
+    assert 'class="rag-view pdf has-quote"' in view and 'class="rag-quote"' in view
+    view_id = view.split('id="', 1)[1].split('"', 1)[0]
+    assert f'getElementById("{view_id}")' in view  # the script scrolls this view, and reads nothing else
+    assert 'class="rag-view pdf"' in pdf_view_html(b"x", [], "", key="k2")
+    text = text_view_html(
+        "# Title\n<script>x</script> Customers may return items within 45 days.",
+        "Customers may return items within 45 days.",
+        key="k3",
     )
-    assert none == 0
+    assert "&lt;script&gt;x&lt;/script&gt;" in text and '<mark class="rag-mark">' in text
 
 
 def test_chat_helpers_titles_length_and_export() -> None:
@@ -112,3 +138,27 @@ def test_documents_page_refuses_a_restricted_doc_in_the_address(
     goto(at, "documents")
     assert_clean(at)
     assert [b.proto.label for b in at.get("download_button")] == ["Download salary-bands.pdf"]
+
+
+def test_a_cited_source_opens_in_a_dialog_at_the_passage(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    from ui import serving
+
+    at = open_app(monkeypatch, ui_data_dir, "hana")
+    ask(at, "What is the salary band for a senior engineer?")
+    assert_clean(at)
+    (button,) = [b for b in at.button if str(b.key or "").startswith("src_")]
+    assert button.label.startswith("\\[") and "Salary Bands" in button.label
+    button.click().run()
+    assert_clean(at)
+    views = [h.proto.body for h in at.get("html") if "rag-view" in h.proto.body]
+    assert len(views) == 1 and 'class="rag-hl"' in views[0] and "data:image/png;base64," in views[0]
+    downloads = [b.proto.label for b in at.get("download_button") if b.proto.label.startswith("Download")]
+    assert downloads == ["Download salary-bands.pdf"]
+    assert not at.get("link_button")  # `streamlit run ui/app.py` alone: no route, so no link to it
+    monkeypatch.setattr(serving, "MOUNTED", True)  # as ui/server.py mounts it
+    at.button(key=button.key).click().run()
+    (link,) = at.get("link_button")
+    assert link.proto.label == "Open the PDF at page 1" and link.proto.url.endswith("#page=1")
+    assert link.proto.url.startswith("/api/source/") and "link=" in link.proto.url

@@ -17,7 +17,7 @@ from rag.errors import StorageError
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
-from ui import components, services, sources
+from ui import cited_sources, components, services, sources
 from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
@@ -25,16 +25,6 @@ SESSION = "chat_session_id"
 NOTED = "Noted."
 SHOW_HOW = "chat_show_how"
 LOADING = "Loading the models\u2026 the first answer after a restart takes about 15 seconds."
-# Layout fixes on top of the shared answer CSS: on a narrow screen a citation's pop-up spans the screen width
-# instead of starting at the citation (where a 26rem box runs off the right edge).
-CHAT_CSS = """
-<style>
-@media (max-width: 640px) {
-  .rag-cite .rag-tip { position: fixed; left: .5rem; right: .5rem; width: auto; max-width: none; top: auto;
-    margin-top: 1.4em; }
-}
-</style>
-"""
 
 
 def _messages() -> list[dict[str, Any]]:
@@ -95,24 +85,10 @@ def _badges(trace: dict[str, Any]) -> str:
     return ""
 
 
-def _open_source(e: dict[str, Any], principal: Principal, key: str) -> None:
-    """The cited passage in its document (page image with the passage marked, or highlighted text)."""
-    settings = services.get_settings()
-    source = sources.readable_source(
-        services.get_reader(settings).documents(), principal, str(e.get("doc_id"))
-    )
-    if source is None:
-        st.caption(sources.NOT_AVAILABLE)
-        return
-    sources.render_source(source, page=e.get("page"), passage=str(e.get("text") or ""), key=key)
-
-
 def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> None:
     """The employee view of one answer: the text with its citations, a plain refusal, and each cited source."""
     badges = _badges(trace)
-    st.html(
-        components.CSS + CHAT_CSS + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace)
-    )
+    components.show_answer_html((f"<div>{badges}</div>" if badges else "") + components.answer_html(trace))
     if trace.get("abstained"):
         st.info(_plain_refusal(trace, _contact(trace, principal)), icon=":material/contact_support:")
     components.show_failed_citations(trace)
@@ -121,17 +97,7 @@ def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> N
             f"The language model failed, so this answer quotes the policies directly: {trace['error']}",
             icon=":material/warning:",
         )
-    ev = components.evidence_by_n(trace)
-    cited = [n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in ev]
-    if cited and not trace.get("abstained"):
-        cols = st.columns(min(len(cited), 3))
-        for i, n in enumerate(cited):
-            e = ev[n]
-            page = f", p. {e['page']}" if e.get("page") else ""
-            label = f"[{n}] {str(e.get('title') or '')[:28]}{page}"
-            with cols[i % len(cols)].popover(label, icon=":material/open_in_new:", key=f"pop_{key}_{n}"):
-                st.markdown(f"**[{n}] {components.escape_md(components.passage_label(e))}**")
-                _open_source(e, principal, key=f"{key}_{n}")
+    cited_sources.render_cited_sources(trace, principal, key=key)
 
 
 def _show_how(principal: Principal) -> bool:
