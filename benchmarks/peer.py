@@ -460,7 +460,7 @@ def scifact_corpus(root: Path, queries: Sequence[SciFactQuery], docs: int | None
 
 
 def ndcg_at_10(ranked: Sequence[str], relevant: frozenset[str]) -> float:
-    from rag.rerank_train import ndcg_at
+    from rag.metrics import ndcg_at
 
     return ndcg_at(list(ranked), relevant, 10)
 

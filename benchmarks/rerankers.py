@@ -37,8 +37,8 @@ from rag.config import library_defaults
 
 library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
-from benchmarks.metrics import ndcg_at, recall_at  # noqa: E402
 from rag.embedder import load_embedder  # noqa: E402
+from rag.metrics import ndcg_at, recall_at  # noqa: E402
 from rag.rerank import (  # noqa: E402
     AUTO_RERANKER,
     DEFAULT_FEATURE_MODEL,

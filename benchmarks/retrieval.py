@@ -47,7 +47,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import first_occurrences, load_qrels, ndcg_at, recall_at
+from benchmarks.metrics import load_qrels
+from rag.metrics import first_occurrences, ndcg_at, recall_at
 
 SYSTEMS = ("bm25", "dense", "hybrid", "pipeline")
 RANKING_STAGES = ("index", "filters", "intents", "retrieve", "rerank")

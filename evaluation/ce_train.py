@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.cross_encoder import WORD_EMBEDDINGS, base_model_dir, load_model, logits
+from rag.metrics import ndcg_at
 
 SOURCES = ("nq", "scifact", "hotpot", "dev", "gitlab", "sample")
 POLICY = ("dev", "gitlab", "sample")
@@ -485,11 +486,10 @@ def eval_groups(
 
 
 def _ndcg10(order: Sequence[int], gold: set[int], n_relevant: int) -> float:
-    import math
-
-    dcg = sum(1 / math.log2(r + 2) for r, i in enumerate(order[:10]) if i in gold)
-    ideal = sum(1 / math.log2(r + 2) for r in range(min(10, n_relevant)))
-    return dcg / ideal if ideal else 0.0
+    """nDCG@10 of a candidate list's ``order`` (passage indices): the query's relevant documents the list lacks
+    (``n_relevant`` beyond ``gold``) still count in the ideal, as they do for every ranking ``ndcg_at`` scores."""
+    unlisted = [f"unlisted-{j}" for j in range(n_relevant - len(gold))]
+    return ndcg_at([str(i) for i in order], [*(str(i) for i in gold), *unlisted], 10)
 
 
 def report(

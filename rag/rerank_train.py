@@ -23,6 +23,7 @@ import numpy as np
 
 from rag.embedder import passage_text
 from rag.lexical import BM25Index
+from rag.metrics import ndcg_at, recall_at
 from rag.rerank import (
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_FEATURE_MODEL,
@@ -272,21 +273,6 @@ class Retrieval:
         idx = np.argpartition(-sims, top_n - 1)[:top_n]
         dense = sorted(((int(i), float(sims[i])) for i in idx), key=lambda t: (-t[1], t[0]))
         return rrf_candidates(lexical, dense, self.chunks, k=k, top=top_n)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Metrics
-# ---------------------------------------------------------------------------------------------------------
-
-
-def ndcg_at(ranked_ids: Sequence[str], relevant: frozenset[str], k: int = 10) -> float:
-    dcg = sum(1.0 / math.log2(r + 2) for r, pid in enumerate(ranked_ids[:k]) if pid in relevant)
-    ideal = sum(1.0 / math.log2(r + 2) for r in range(min(k, len(relevant))))
-    return dcg / ideal if ideal else 0.0
-
-
-def recall_at(ranked_ids: Sequence[str], relevant: frozenset[str], k: int = 10) -> float:
-    return len(set(ranked_ids[:k]) & relevant) / len(relevant) if relevant else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -51,17 +51,9 @@ with services.page_guard():
     else:
         admin = services.is_admin(principal, settings)
         page = st.navigation(PAGES + (ADMIN_PAGES if admin else []))
-        with st.sidebar:
-            st.caption(
-                f"Data: `{settings.data_dir}` · generation: "
-                + (
-                    "LLM `" + settings.llm_model + "`"
-                    if settings.llm_configured
-                    else "extractive (no LLM configured)"
-                )
-            )
-        if settings.auth == "demo":
-            st.badge("Demo sign-in: pick a user in the sidebar", icon=":material/science:", color="orange")
+        if admin:  # where the data lives and how answers are generated: for administrators, not employees
+            services.deployment_details(settings)
+        # Demo sign-in is labelled once, beside the user picker in the sidebar (services._demo_picker).
 if principal is None or page is None:
     st.stop()
 page.run()

@@ -225,6 +225,20 @@ def render_sign_in(settings: Settings) -> None:
             )
 
 
+def deployment_details(settings: Settings) -> None:
+    """Where the data lives and how answers are generated, in a closed sidebar expander. ui/app.py shows it to
+    administrators only: employees see none of it."""
+    from rag.index import current_generation
+
+    generation = f"LLM {settings.llm_model}" if settings.llm_configured else "extractive (no LLM configured)"
+    with st.sidebar.expander("Deployment details", icon=":material/settings:"):
+        st.caption(f"Data folder: {_md_text(str(settings.data_dir))}")
+        st.caption(f"Index generation: {_md_text(current_generation(settings.data_dir) or 'none')}")
+        st.caption(f"Answer generation: {_md_text(generation)}")
+        st.caption(f"Embedding model: {_md_text(settings.embedding_model)}")
+        st.caption(f"Reranker: {_md_text(settings.reranker)}")
+
+
 def current_principal(settings: Settings) -> Principal:
     """The signed-in principal. Nobody signed in: the sign-in page, and the page stops here.
 

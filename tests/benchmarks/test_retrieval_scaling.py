@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import retrieval, scaling
-from benchmarks.metrics import load_qrels, ndcg_at, recall_at
+from benchmarks.metrics import load_qrels
+from rag.metrics import ndcg_at, recall_at
 
 CORPUS = [
     {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from pathlib import Path
 
@@ -91,3 +92,15 @@ def test_report_counts_gold_in_the_first_passages_of_each_order(tmp_path: Path) 
     hot, sci = out["hotpot:test"], out["scifact:test"]
     assert (hot["all_gold_top2_given"], hot["all_gold_top2_ce"], hot["all_gold_top6_given"]) == (0, 1, 0)
     assert sci["ndcg10_ce"] == 1.0 and sci["ndcg10_given"] < 1.0
+
+
+def test_report_ndcg_counts_relevant_passages_the_list_lacks(tmp_path: Path) -> None:
+    rows = [
+        {"key": "scifact:test:3", "src": "scifact", "split": "test", "q": "q", "unanswerable": False,
+         "passages": ["a", "b", "c"], "gold": [2], "relevant": 2},
+    ]  # fmt: skip
+    out = report(_write(tmp_path / "eval.jsonl.gz", rows), {"scifact:test:3": [0.0, 0.5, 1.0]})
+    ideal = 1 + 1 / math.log2(3)  # two relevant documents, one of them not among the candidates
+    # the report rounds to 4 places
+    assert out["scifact:test"]["ndcg10_ce"] == pytest.approx(1 / ideal, abs=1e-4)
+    assert out["scifact:test"]["ndcg10_given"] == pytest.approx((1 / math.log2(4)) / ideal, abs=1e-4)

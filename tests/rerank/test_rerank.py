@@ -849,7 +849,8 @@ def test_load_reranker_misconfiguration(overrides: dict[str, str], match: str) -
 
 
 def test_training_metrics_and_fusion() -> None:
-    from rag.rerank_train import ndcg_at, recall_at, rrf_candidates
+    from rag.metrics import ndcg_at, recall_at
+    from rag.rerank_train import rrf_candidates
 
     rel = frozenset({"a", "b"})
     assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(1.0)

@@ -17,10 +17,13 @@ from rag.errors import StorageError
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
-from ui import cited_sources, components, services, sources
+from ui import cited_sources, components, first_screen, services, sources
 from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
+INPUT = "chat_input"
+PENDING = "chat_pending"  # an example question that was clicked, asked on the next run
+TOO_LONG = "chat_too_long"  # a question over the limit, refused and put back into the box
 SESSION = "chat_session_id"
 NOTED = "Noted."
 SHOW_HOW = "chat_show_how"
@@ -46,9 +49,9 @@ def _budget_caption(trace: dict[str, Any]) -> str:
 
 
 def _plain_refusal(trace: dict[str, Any], contact: str) -> str:
-    """What an employee reads under a refusal: no scores, and where to ask instead."""
+    """What an employee reads under a refusal: where to ask instead, and no scores. The answer above it already
+    says that it cannot answer, so this does not say it again."""
     return (
-        "I could not find this in the policies you can read, so I would rather not guess. "
         f"You can ask {contact}, or rephrase the question with the policy's own words (for example the name "
         "of a form, a role or a place)."
     )
@@ -139,7 +142,9 @@ def render_assistant(message: dict[str, Any], index: int, show_how: bool = False
             if missed:
                 st.caption("Not addressed by the answer: " + "; ".join(f"\u201c{m}\u201d" for m in missed))
             components.render_chunk_order(trace, key=key)
-            st.caption(_budget_caption(trace))
+            # token budgets and the trace id are for administrators
+            if services.is_admin(principal, settings):
+                st.caption(_budget_caption(trace))
 
 
 def _sidebar(store: Any, principal: Principal) -> None:
@@ -348,8 +353,22 @@ def too_long(prompt: str, limit: int) -> str | None:
         return None
     return (
         f"Your question is {len(prompt):,} characters long; questions can be at most {limit:,}. "
-        "Please shorten it to the question itself (the policies answer one or two questions at a time)."
+        "It is still in the box: shorten it to the question itself (the policies answer one or two questions "
+        "at a time) and send it again."
     )
+
+
+def _keep_too_long(limit: int) -> None:
+    """The chat box's on_submit: a question over the limit goes back into the box instead of being lost."""
+    text = st.session_state.get(INPUT)
+    if isinstance(text, str) and too_long(text.strip(), limit):
+        st.session_state[TOO_LONG] = text.strip()
+        st.session_state[INPUT] = text  # the box shows it again on this run
+
+
+def _ask_example(question: str) -> None:
+    """An example's on_click: the question is asked on this run, as if typed."""
+    st.session_state[PENDING] = question
 
 
 def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_how: bool = False) -> None:
@@ -406,17 +425,24 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
 def render() -> None:
     settings = services.get_settings()
     principal = services.current_principal(settings)
+    limit = settings.question_max_chars
     st.title("Policy support bot")
     st.caption(
-        f"Answers come only from the policies **{principal.user}** may read. Click a [n] to see the passage, "
-        "or a source below an answer to open it at the cited page."
+        f"Answers come only from the policies **{components.escape_md(principal.user)}** may read. Click a [n] "
+        "to see the passage, or a source below an answer to open it at the cited page."
     )
-    # Drawn before anything heavy: the chat box and the banner are on the first paint.
+    # Drawn before anything heavy: the chat box and the banner are on the first paint. The box takes any length
+    # (see first_screen.char_counter); a question over the limit is refused and put back (_keep_too_long).
     prompt = st.chat_input(
-        f"Ask about a policy, e.g. How many days do I have to return an item? (up to "
-        f"{settings.question_max_chars:,} characters)",
-        key="chat_input",
+        f"Ask about a policy (up to {limit:,} characters)",
+        key=INPUT,
+        on_submit=_keep_too_long,
+        args=(limit,),
     )
+    first_screen.char_counter(limit)
+    kept = st.session_state.pop(TOO_LONG, None)
+    example = st.session_state.pop(PENDING, None)
+    text = "" if kept else (prompt or example or "").strip()
     banner = st.empty()
     show_how = _show_how(principal)
     store, store_error = services.try_store(settings)
@@ -432,17 +458,18 @@ def render() -> None:
                 st.markdown(components.escape_md(message["content"]))
     if not st.session_state.get("chat_models_ready"):
         banner.info(LOADING, icon=":material/hourglass_top:")
+    if not _messages() and not text:
+        first_screen.show(principal, ask=_ask_example)
     try:
         pipeline = services.get_pipeline(settings)
         st.session_state["chat_models_ready"] = True
     finally:
         banner.empty()
-    if prompt and prompt.strip():
-        refusal = too_long(prompt.strip(), settings.question_max_chars)
-        if refusal:
-            st.warning(refusal, icon=":material/short_text:")
-        else:
-            handle(prompt.strip(), pipeline, store, principal, show_how)
+    refusal = too_long(kept or text, limit)
+    if refusal:
+        st.warning(refusal, icon=":material/short_text:")
+    elif text:
+        handle(text, pipeline, store, principal, show_how)
     _sidebar_memory(store, principal)
 
 
