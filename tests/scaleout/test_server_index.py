@@ -2,7 +2,7 @@
 
 Embedded mode implements the calls the server path makes (collections with shard/replication parameters,
 payload indexes, aliases, the Query API); ``connect`` is pointed at one embedded client so no network is used.
-What embedded mode cannot show (replication, per-shard IDF, a node going away) is listed in the README.
+What embedded mode cannot show (replication, per-shard IDF, a node going away) is listed in docs/deployment.md.
 """
 
 from __future__ import annotations
