@@ -163,3 +163,17 @@ def test_chat_in_a_real_browser(ui_url: str, page) -> None:  # type: ignore[no-u
         assert canary not in html and canary not in text
     page.screenshot(path=str(ARTIFACTS / "ui-chat-salary-alice.png"), full_page=True)
     assert not page.get_by_test_id("stException").count()
+
+
+def test_a_follow_up_answers_the_question_it_stands_for(ui_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    """The issue's conversation: the domestic meal allowance, then "and what about for international trips?"
+    must answer with the international city rate, and say what it searched for."""
+    page.goto(ui_url)
+    page.get_by_test_id("stChatInputTextArea").wait_for(timeout=120_000)
+    _ask(page, "What is the daily meal allowance for domestic travel?", 0)
+    _ask(page, "and what about for international trips?", 1)
+    answer = page.locator(".rag-answer").nth(1).inner_text()
+    assert "destination city" in answer, answer
+    searched = page.locator(".searched-as").last.inner_text()
+    assert "international trips" in searched and "domestic" not in searched, searched
+    page.screenshot(path=str(ARTIFACTS / "ui-chat-follow-up.png"), full_page=True)

@@ -7,6 +7,7 @@ an empty page. A refusal says where to ask instead; the threshold figures stay i
 
 from __future__ import annotations
 
+import html
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -88,10 +89,21 @@ def _badges(trace: dict[str, Any]) -> str:
     return ""
 
 
+def searched_as_html(trace: dict[str, Any]) -> str:
+    """A follow-up's standalone form, as text ("Searched for: ..."), or nothing when it was not rewritten."""
+    standalone = trace.get("standalone") or {}
+    if not standalone.get("rewritten"):
+        return ""
+    question = html.escape(str(standalone.get("question") or ""))
+    return f'<div class="searched-as" style="opacity:0.7;font-size:0.85em">Searched for: {question}</div>'
+
+
 def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> None:
     """The employee view of one answer: the text with its citations, a plain refusal, and each cited source."""
     badges = _badges(trace)
-    components.show_answer_html((f"<div>{badges}</div>" if badges else "") + components.answer_html(trace))
+    components.show_answer_html(
+        searched_as_html(trace) + (f"<div>{badges}</div>" if badges else "") + components.answer_html(trace)
+    )
     if trace.get("abstained"):
         st.info(_plain_refusal(trace, _contact(trace, principal)), icon=":material/contact_support:")
     components.show_failed_citations(trace)
