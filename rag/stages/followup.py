@@ -32,7 +32,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rag.text import STOPWORDS, bm25_token_set, collapse_ws
+from rag.lexicon import AUXILIARIES, STOPWORDS, WH_WORDS
+from rag.text import bm25_token_set, collapse_ws
 from rag.types import Generated, Prompt
 
 
@@ -59,11 +60,8 @@ def _set(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-_WH = _set("what how who whom whose when where which why")
-_AUX = _set(
-    """can could do does did is are was were will would should shall may might must has have had am be
-    can't cannot don't doesn't didn't isn't aren't wasn't won't wouldn't shouldn't couldn't"""
-)
+_WH = WH_WORDS
+_AUX = AUXILIARIES | {"be"}
 # Words that open a continuation of the previous question rather than a question of its own.
 _CONTINUATION = _set("and but also so or then plus ok okay alright")
 _CONTINUATION_PAIRS = frozenset({("what", "about"), ("how", "about"), ("same", "for"), ("what", "of")})
