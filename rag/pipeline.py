@@ -685,7 +685,9 @@ class Pipeline:
         asked = question
         with rec.stage("standalone") as d:
             # a follow-up is searched and answered as the question it stands for (rag/stages/followup.py)
-            rewrite = self._standalone(question, llm if plan.use_llm else None)
+            # the pipeline's own client: a request's client may stream into the page, and the rewrite is not
+            # part of the answer the user reads
+            rewrite = self._standalone(question, (self.llm or llm) if plan.use_llm else None)
             d.update(rewrite.to_json())
         if rewrite.rewritten:
             question = replace(question, text=rewrite.question)

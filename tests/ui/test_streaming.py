@@ -146,3 +146,25 @@ def test_ask_streaming_yields_deltas_then_the_result(ui_data_dir: Path, embedder
     result = running.result()
     assert result.generated.model == "fake-llm" and "45 days" in result.answer
     assert result.generated.completion_tokens == 20  # usage from the stream's last chunk
+
+
+def test_a_follow_ups_rewrite_is_not_streamed_into_the_answer(
+    ui_data_dir: Path, embedder, fake_llm: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The rewrite is an LLM call of its own (not streamed): the page shows only the answer's deltas, and the
+    fake server's answer, not a standalone question, fails the rewrite check and falls back to the offline one."""
+    from rag.config import load_settings
+    from rag.llm import LLMClient
+    from rag.pipeline import Pipeline, Question
+    from rag.types import Principal
+    from ui.services import ask_streaming
+
+    settings = load_settings(data_dir=ui_data_dir, reranker="none")
+    pipeline = Pipeline(settings, embedder=embedder, llm=LLMClient(fake_llm, "fake-llm", max_retries=0))
+    history = (("user", "How many days do customers have to return an item?"), ("assistant", "45 days [1]."))
+    question = Question("and for a full refund?", Principal("alice", frozenset({"staff"})), history=history)
+    running = ask_streaming(pipeline, question)
+    assert list(running.deltas()) == ANSWER_PARTS
+    standalone = running.result().to_json()["standalone"]
+    assert standalone["method"].startswith("llm-rejected:") and "adds words" in standalone["reason"]
+    assert standalone["rewritten"] and "refund" in standalone["question"]
