@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeGuard, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import (
@@ -83,6 +83,33 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Trace = dict[str, Any]
 TimeBound = datetime | date | str | None
+
+
+class GapQuestion(TypedDict):
+    """A question the bot abstained on or its asker rated down (``TraceStore.gap_questions``), with who asked,
+    as of when and with which tags: what asking it again needs."""
+
+    trace_id: str
+    created_at: str | None
+    user: str | None
+    groups: list[str]
+    as_of: str | None
+    tags: list[str]
+    question: str
+    abstained: bool
+    feedback: str | None
+    feedback_reason: str | None
+    feedback_comment: str | None
+
+
+class CitedDocument(TypedDict):
+    """How many answers in a window cite a document (``TraceStore.cited_documents``), with its title and file as
+    the cited passages recorded them."""
+
+    title: str | None
+    source: str | None
+    answers: int
+
 
 WRITE_ATTEMPTS = 6  # bounded retry on "database is locked" / PostgreSQL deadlock or serialisation failure
 ANSWER_PREVIEW_CHARS = 200
@@ -1188,9 +1215,8 @@ class TraceStore:
 
     def gap_questions(
         self, since: TimeBound = None, until: TimeBound = None, limit: int = 2000
-    ) -> list[dict[str, Any]]:
-        """Questions the bot did not answer well, newest first: abstained, or rated down by their user.
-        Each: trace_id, created_at, user, question, abstained, feedback, feedback_reason, feedback_comment."""
+    ) -> list[GapQuestion]:
+        """Questions the bot did not answer well, newest first: abstained, or rated down by their user."""
         a, fb = m.Answer, m.Feedback
         where = self._filters(
             user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
@@ -1200,6 +1226,9 @@ class TraceStore:
                 a.trace_id,
                 a.created_at,
                 a.user,
+                a.groups,
+                a.as_of,
+                a.tags,
                 a.question,
                 a.abstained,
                 fb.rating.label("feedback"),
@@ -1212,10 +1241,25 @@ class TraceStore:
             .limit(limit)
         )
         rows = self._read("list unanswered questions", lambda conn: list(conn.execute(stmt).mappings()))
-        return [{**r, "abstained": bool(r["abstained"]), "created_at": _iso(r["created_at"])} for r in rows]
+        return [
+            GapQuestion(
+                trace_id=r["trace_id"],
+                created_at=_iso(r["created_at"]),
+                user=r["user"],
+                groups=[str(g) for g in r["groups"] or []],
+                as_of=r["as_of"],
+                tags=[str(t) for t in r["tags"] or []],
+                question=r["question"],
+                abstained=bool(r["abstained"]),
+                feedback=r["feedback"],
+                feedback_reason=r["feedback_reason"],
+                feedback_comment=r["feedback_comment"],
+            )
+            for r in rows
+        ]
 
-    def cited_documents(self, since: TimeBound = None, until: TimeBound = None) -> dict[str, dict[str, Any]]:
-        """doc_id -> {"title", "answers"}: how many answers in the window cite a passage of the document."""
+    def cited_documents(self, since: TimeBound = None, until: TimeBound = None) -> dict[str, CitedDocument]:
+        """doc_id -> how many answers in the window cite a passage of the document, with its title and file."""
         a, ev, snap = m.Answer, m.TraceEvidence, m.ChunkSnapshot
         where = self._filters(
             user=None, since=since, until=until, abstained=None, failed_citations=None, doc_id=None
@@ -1224,6 +1268,7 @@ class TraceStore:
             select(
                 snap.doc_id,
                 func.max(snap.title).label("title"),
+                func.max(snap.source).label("source"),
                 func.count(func.distinct(ev.trace_id)).label("answers"),
             )
             .join(ev, ev.chunk_id == snap.chunk_id)
@@ -1232,7 +1277,9 @@ class TraceStore:
             .group_by(snap.doc_id)
         )
         rows = self._read("count cited documents", lambda conn: list(conn.execute(stmt)))
-        return {str(r.doc_id): {"title": r.title, "answers": int(r.answers)} for r in rows}
+        return {
+            str(r.doc_id): CitedDocument(title=r.title, source=r.source, answers=int(r.answers)) for r in rows
+        }
 
     # -- chat --------------------------------------------------------------------------------------------------
 
