@@ -1,5 +1,6 @@
 """Rendering helpers over a trace dict (the ``rag ask --json`` shape): the answer with its citations, the final
-chunk order as the model saw it, and one view per stage of the query path.
+chunk order as the model saw it, and one table per stage of the query path (the trace explorer lays them out:
+ui/trace_view.py).
 
 Every text that came from a document or a model is escaped before it is shown: a passage is evidence, never
 markup.
@@ -613,92 +614,3 @@ def timings_frame(trace: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(
         [{"stage": s["name"], "ms": s["ms"]} for s in trace.get("stages") or []], columns=["stage", "ms"]
     )
-
-
-def render_trace(trace: dict[str, Any], *, key: str) -> None:
-    """Every stage of one stored answer."""
-    st.markdown(f"**Question:** {escape_md(str(trace.get('question') or ''))}")
-    st.caption(
-        f"user `{trace.get('user')}` (groups: {', '.join(trace.get('groups') or []) or 'none'}) \u00b7 as of "
-        f"{trace.get('as_of')} \u00b7 {trace.get('created_at', '')[:19].replace('T', ' ')} \u00b7 trace "
-        f"`{trace.get('trace_id')}`"
-    )
-    tabs = st.tabs(
-        [
-            "Answer",
-            "Final order",
-            "Candidates",
-            "Dropped",
-            "Bundles",
-            "Hops",
-            "Prompt",
-            "Citations",
-            "Timing & budgets",
-        ]
-    )
-    with tabs[0]:
-        render_answer(trace, key=f"{key}_answer")
-        st.caption(
-            f"model `{trace.get('model')}` \u00b7 reranker `{trace.get('reranker')}` \u00b7 generation "
-            f"`{trace.get('generation_mode')}`"
-        )
-    with tabs[1]:
-        render_chunk_order(trace, key=f"{key}_order")
-    with tabs[2]:
-        frame = candidates_frame(trace)
-        st.caption(
-            f"{len(frame)} candidate(s) after retrieval and rerank; intents: "
-            + "; ".join(f"{i['index']}: {i['text']}" for i in trace.get("intents") or [])
-        )
-        st.dataframe(
-            frame,
-            hide_index=True,
-            key=f"cand_{key}",
-            column_config={
-                c: st.column_config.NumberColumn(format="%.4f")
-                for c in ("rerank score", "fused score", "BM25 score", "dense score")
-            },
-        )
-    with tabs[3]:
-        frame = dropped_frame(trace)
-        if frame.empty:
-            st.caption("Nothing was dropped.")
-        else:
-            st.dataframe(frame, hide_index=True, key=f"drop_{key}")
-    with tabs[4]:
-        frame = bundles_frame(trace)
-        if frame.empty:
-            st.caption("No bundles (the bot abstained before packing).")
-        else:
-            st.dataframe(frame, hide_index=True, key=f"bund_{key}")
-    with tabs[5]:
-        frame = hops_frame(trace)
-        if not trace.get("hops"):
-            st.caption("No follow-up retrieval ran for this answer (multi-hop off, or nothing retrieved).")
-        else:
-            for line in hop_stops(trace):
-                st.caption(line)
-            st.dataframe(frame, hide_index=True, key=f"hops_{key}")
-    with tabs[6]:
-        prompt = trace.get("prompt") or {}
-        st.caption(f"{prompt.get('tokens', 0)} prompt tokens")
-        st.markdown("System")
-        st.code(prompt.get("system") or "", language=None, wrap_lines=True)
-        st.markdown("User")
-        st.code(prompt.get("user") or "", language=None, wrap_lines=True)
-    with tabs[7]:
-        frame = citations_frame(trace)
-        if frame.empty:
-            st.caption("The answer cites nothing.")
-        else:
-            st.dataframe(frame, hide_index=True, key=f"cit_{key}")
-    with tabs[8]:
-        frame = timings_frame(trace)
-        total = (trace.get("timings_ms") or {}).get("total")
-        st.caption(f"total {total:.0f} ms" if isinstance(total, int | float) else "")
-        if not frame.empty:
-            st.bar_chart(frame, x="stage", y="ms", height=220, sort=False)
-        st.markdown("Budgets and tokens")
-        st.json({"budgets": trace.get("budgets") or {}, "tokens": trace.get("tokens") or {}}, expanded=True)
-        with st.expander("Stage details"):
-            st.json(trace.get("stages") or [], expanded=False)

@@ -14,7 +14,7 @@ import streamlit as st
 from rag.config import Settings
 from rag.errors import RagError
 from rag.types import Principal
-from ui import services
+from ui import components, services
 
 REASONS = {
     "wrong": "Wrong",
@@ -68,7 +68,8 @@ def feedback_widget(
             services.show_error(exc)
             return None
         if stored and stored.get("user") != principal.user:
-            st.caption("Feedback: " + feedback_label(stored))  # not theirs to change (the store checks too)
+            # not theirs to change (the store checks too); the comment is the user's words: text, not Markdown
+            st.caption(components.escape_md("Feedback: " + feedback_label(stored)))
             return stored
         was = _stored_state(stored)
         st.session_state[saved_key] = was

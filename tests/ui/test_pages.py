@@ -299,8 +299,7 @@ def test_trace_stage_views_and_replay_side_by_side(
     trace = store_for(ui_data_dir).get_trace(tid)
     labels = [t.label for t in at.tabs]
     for label in (
-        "Answer",
-        "Final order",
+        "Evidence scores",
         "Candidates",
         "Dropped",
         "Bundles",
@@ -310,6 +309,11 @@ def test_trace_stage_views_and_replay_side_by_side(
         "Timing & budgets",
     ):
         assert label in labels
+    # the answer and the final chunk order side by side (two columns of one row), above the tabs
+    answer = next(c for c in at.columns if any(m.value == "**Answer**" for m in c.markdown))
+    order = next(c for c in at.columns if any(m.value == "**Final chunk order**" for m in c.markdown))
+    assert not any(m.value == "**Answer**" for m in order.markdown) and answer.html
+    assert list(order.dataframe[0].value["chunk id"]) == [e["chunk_id"] for e in trace["evidence"]]
     if trace["hops"]:  # every follow-up query of the answer is listed with what it found
         hops = frame(at, "follow-up query")
         assert list(hops["follow-up query"]) == [q["query"] for h in trace["hops"] for q in h["queries"]]

@@ -18,7 +18,7 @@ from rag.pipeline import PipelineOptions, Question
 from rag.stages.packing import STRATEGIES
 from rag.trace_schema import TraceSchemaError
 from rag.types import DocumentMeta, Principal
-from ui import components, services
+from ui import components, services, trace_view
 from ui.feedback import feedback_label, feedback_widget
 
 ANY = "any"
@@ -52,9 +52,10 @@ def _readable_documents(settings: Any, principal: Principal) -> dict[str, str]:
 
 
 def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
+    """Two rows, so every label and value reads at 1280 px: who, when and which document; then the states."""
     admin = services.is_admin(principal, settings)
-    cols = st.columns([2, 3, 1.3, 1.3, 1.3, 3])
-    with cols[0]:
+    who_col, when_col, doc_col = st.columns([1.2, 1.5, 2.3])
+    with who_col:
         if admin:
             users = store.list_users()  # everyone with a stored answer, whatever the sign-in mode
             who = st.selectbox("User", [ANY, *users], key="trace_f_user")
@@ -68,27 +69,28 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
                 help="You see your own answers only (admins see everyone's).",
             )
             user = principal.user
-    with cols[1]:
+    with when_col:
         today = date.today()
         span = st.date_input("Date range", (today - timedelta(days=30), today), key="trace_f_dates")
-    with cols[2]:
-        abstained = _tri("Abstained", "trace_f_abstained")
-    with cols[3]:
-        failed = _tri("Failed citations", "trace_f_failed")
-    with cols[4]:
-        rated = st.selectbox(
-            "Feedback",
-            list(FEEDBACK_LABELS),
-            key="trace_f_feedback",
-            format_func=lambda o: FEEDBACK_LABELS[o],
-        )
-    with cols[5]:
+    with doc_col:
         docs = _readable_documents(settings, principal)
         doc = st.selectbox(
             "Document",
             [ANY, *sorted(docs, key=lambda d: docs[d])],
             key="trace_f_doc",
             format_func=lambda d: "any" if d == ANY else f"{docs[d]} ({d})",
+        )
+    abstained_col, failed_col, feedback_col, _rest = st.columns([1, 1, 1, 2])
+    with abstained_col:
+        abstained = _tri("Abstained", "trace_f_abstained")
+    with failed_col:
+        failed = _tri("Failed citations", "trace_f_failed")
+    with feedback_col:
+        rated = st.selectbox(
+            "Feedback",
+            list(FEEDBACK_LABELS),
+            key="trace_f_feedback",
+            format_func=lambda o: FEEDBACK_LABELS[o],
         )
     since = until = None
     if isinstance(span, tuple | list):
@@ -147,26 +149,23 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
     st.subheader("Replay with another packing or budget")
     st.caption(
-        "Re-runs the same question for the same user, groups and date through today's index, changing only "
-        "the options below (conversation history and remembered facts are not replayed). Replays are not stored."
+        "Re-runs the same question for the same user, groups and date through today's index, starting from the "
+        "settings this answer ran with: change one to compare (conversation history and remembered facts are not "
+        "replayed). Replays are not stored."
     )
-    budgets = trace.get("budgets") or {}
-    packing_now = trace.get("packing") if trace.get("packing") in STRATEGIES else STRATEGIES[0]
+    packing_now, k_now, budget_now = trace_view.replay_defaults(trace, settings)
     tid = trace["trace_id"]
     with st.form(key=f"replay_form_{tid}"):
         cols = st.columns(3)
-        default_packing = next((s for s in STRATEGIES if s != packing_now), packing_now)
         packing = cols[0].selectbox(
-            "Packing", STRATEGIES, index=STRATEGIES.index(default_packing), key=f"replay_packing_{tid}"
+            "Packing", STRATEGIES, index=STRATEGIES.index(packing_now), key=f"replay_packing_{tid}"
         )
-        k = cols[1].number_input(
-            "Evidence k (passages)", 1, 40, int(budgets.get("evidence_k") or 6), key=f"replay_k_{tid}"
-        )
+        k = cols[1].number_input("Evidence k (passages)", 1, 40, min(k_now, 40), key=f"replay_k_{tid}")
         budget = cols[2].number_input(
             "Evidence token budget",
             100,
             32000,
-            int(budgets.get("evidence_token_budget") or 1800),
+            min(max(budget_now, 100), 32000),
             step=100,
             key=f"replay_budget_{tid}",
         )
@@ -186,15 +185,14 @@ def _replay(settings: Any, trace: dict[str, Any], principal: Principal) -> None:
         return
     left, right = st.columns(2, gap="large")
     with left:
-        components.render_chunk_order(trace, key=f"orig_{tid}", title=f"Original ({trace.get('packing')})")
+        b = trace.get("budgets") or {}
+        title = f"Original ({trace.get('packing')}, k={b.get('evidence_k')}, {b.get('evidence_token_budget')} tokens)"
+        trace_view.render_order(trace, key=f"orig_{tid}", title=title, chart=True)
         components.render_answer(trace, key=f"orig_ans_{tid}")
     with right:
         b = replay.get("budgets") or {}
-        components.render_chunk_order(
-            replay,
-            key=f"replay_{tid}",
-            title=f"Replay ({replay.get('packing')}, k={b.get('evidence_k')}, {b.get('evidence_token_budget')} tokens)",
-        )
+        title = f"Replay ({replay.get('packing')}, k={b.get('evidence_k')}, {b.get('evidence_token_budget')} tokens)"
+        trace_view.render_order(replay, key=f"replay_{tid}", title=title, chart=True)
         components.render_answer(replay, key=f"replay_ans_{tid}")
 
 
@@ -205,8 +203,8 @@ def _feedback(settings: Any, principal: Principal, trace: dict[str, Any], store:
         st.markdown("**Was this answer helpful?**")
         feedback_widget(settings, principal, tid, key=f"trace_{tid}")
         return
-    label = feedback_label(store.get_feedback(tid))
-    st.caption(f"Feedback from {components.escape_md(str(trace.get('user')))}: " + (label or "none"))
+    label = feedback_label(store.get_feedback(tid)) or "none"
+    st.caption(components.escape_md(f"Feedback from {trace.get('user')}: {label}"))
 
 
 def render() -> None:
@@ -260,7 +258,7 @@ def render() -> None:
         return
     st.divider()
     _feedback(settings, principal, trace, store)
-    components.render_trace(trace, key=f"trace_{chosen}")
+    trace_view.render_trace(trace, key=f"trace_{chosen}")
     st.divider()
     _replay(settings, trace, principal)
 
