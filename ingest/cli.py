@@ -19,7 +19,12 @@ STATUS_STYLE = {"indexed": "green", "unchanged": "dim", "removed": "yellow", "fa
 
 
 def run_ingest(
-    paths: Sequence[str], settings: Settings, *, prune: bool = False, as_json: bool = False
+    paths: Sequence[str],
+    settings: Settings,
+    *,
+    prune: bool = False,
+    as_json: bool = False,
+    rebuild: bool = False,
 ) -> int:
     """Run ingestion and print its report. Returns the exit status: 1 when any file failed."""
     # imported here: `rag ask` and the other commands mount `ingest_command` without paying for ingestion
@@ -48,7 +53,7 @@ def run_ingest(
                 )
             bar.update(tasks[phase], completed=done, total=total)
 
-        report = ingest(paths, settings, prune=prune, progress=progress)
+        report = ingest(paths, settings, prune=prune, progress=progress, rebuild=rebuild)
 
     if as_json:
         print(json.dumps(report.to_json()))
@@ -75,10 +80,18 @@ def ingest_command(
     ],
     data_dir: DataDir = None,
     prune: Annotated[bool, typer.Option("--prune", help="Remove documents whose files are gone.")] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Write a new index generation even if nothing changed, from the cached vectors (migrates an "
+            "index written by an earlier release).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Ingest policy documents into the hybrid index (safe to re-run; unchanged files cost nothing)."""
-    code = run_ingest(paths, load_settings(data_dir=data_dir), prune=prune, as_json=as_json)
+    code = run_ingest(paths, load_settings(data_dir=data_dir), prune=prune, as_json=as_json, rebuild=rebuild)
     raise typer.Exit(code)
 
 

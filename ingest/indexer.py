@@ -43,6 +43,7 @@ from rag.lexical import average_length
 from rag.qdrant_server import open_index_writers
 from rag.sentences import SentenceStore, build_sentence_store
 from rag.stores import GenerationBuild, IndexWriter
+from rag.stores.memory import load_dense_matrix
 from rag.text import bm25_tokens
 from rag.types import Chunk
 
@@ -240,11 +241,14 @@ def ingest(
     exact: bool = False,
     embedder: Embedder | None = None,
     progress: ProgressFn | None = None,
+    rebuild: bool = False,
 ) -> IngestReport:
     """Ingest files, folders and globs; publish a new generation only when something changed.
 
     ``prune``: documents whose files are gone are removed. ``exact``: the index holds exactly the files under
     ``paths``; every other source is removed too (the same corpus read from another checkout is not kept twice).
+    ``rebuild``: publish a new generation even when nothing changed, every store written afresh in the current
+    layout from the cached vectors (a generation of the previous release is migrated so).
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -348,7 +352,7 @@ def ingest(
                 removed_docs=removed_docs,
                 embedder=embedder,
                 progress=progress,
-                rechunked=rechunked,
+                rechunked=rechunked or rebuild,
             )
         finally:
             for writer in writers:
@@ -416,8 +420,9 @@ def _write_generation(
     tmp.mkdir(parents=True)
     old_chunks: list[Chunk] = []
     old_tokens: list[list[str]] = []
-    if current_name:
-        old_chunks, old_tokens = load_chunks(generation_dir(data_dir, current_name))
+    previous_folder = generation_dir(data_dir, current_name) if current_name else None
+    if previous_folder is not None:
+        old_chunks, old_tokens = load_chunks(previous_folder)
     drop_docs = set(changed) | removed_docs
     kept = [(c, tok) for c, tok in zip(old_chunks, old_tokens, strict=True) if c.doc_id not in drop_docs]
     added = [(c, bm25_tokens(passage_text(c.title, c.section, c.text))) for c in embed_chunks]
@@ -432,14 +437,22 @@ def _write_generation(
         dim=emb.dim,
         fresh=list(zip(embed_chunks, chunk_vectors, strict=True)),
         dropped=[c.chunk_id for c in old_chunks if c.doc_id in drop_docs],
-        all_vectors=lambda: _all_vectors(all_chunks, data_dir, model_name, emb),
-        previous=generation_dir(data_dir, current_name) if current_name else None,
+        all_vectors=_AllVectors(
+            all_chunks,
+            list(zip(embed_chunks, chunk_vectors, strict=True)),
+            [c.chunk_id for c in old_chunks],
+            previous_folder,
+            data_dir,
+            model_name,
+            emb,
+        ),
+        previous=previous_folder,
         previous_avgdl=manifest.bm25_avgdl if manifest else None,
     )
     try:
         for writer in writers:
             writer.write(build)
-        save_chunks(tmp, all_chunks, all_tokens)
+        save_chunks(tmp, all_chunks)
         t_sent = time.perf_counter()
         _sentence_store(all_chunks, data_dir, current_name, model_name, emb).save(tmp)
         report.timings["embed_sentences"] = time.perf_counter() - t_sent
@@ -474,13 +487,58 @@ def _write_generation(
     return True
 
 
-def _all_vectors(chunks: Sequence[Chunk], data_dir: Path, model: str, emb: Embedder) -> list[np.ndarray]:
-    """Every chunk's vector for a full server build: from the embedding cache, embedding only what it lacks."""
-    cache = EmbeddingCache(data_dir, model)
-    try:
-        return cache.vectors([passage_text(c.title, c.section, c.text) for c in chunks], emb)[0]
-    finally:
-        cache.close()
+class _AllVectors:
+    """Every chunk's vector, aligned with ``chunks`` (``GenerationBuild.all_vectors``), computed once however
+    many writers ask: this run's vectors, then the published generation's dense matrix, then the embedding cache
+    (embedding only what it lacks) for what neither holds (a generation of the previous release)."""
+
+    def __init__(
+        self,
+        chunks: Sequence[Chunk],
+        fresh: Sequence[tuple[Chunk, np.ndarray]],
+        previous_ids: Sequence[str],
+        previous: Path | None,
+        data_dir: Path,
+        model: str,
+        emb: Embedder,
+    ) -> None:
+        self.chunks, self.fresh, self.previous_ids = chunks, fresh, previous_ids
+        self.previous, self.data_dir, self.model, self.emb = previous, data_dir, model, emb
+        self._matrix: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self._matrix is None:
+            self._matrix = self._compute()
+        return self._matrix
+
+    def _compute(self) -> np.ndarray:
+        matrix = np.zeros((len(self.chunks), self.emb.dim), dtype=np.float32)
+        row = {c.chunk_id: i for i, c in enumerate(self.chunks)}
+        done = np.zeros(len(self.chunks), dtype=bool)
+        for c, v in self.fresh:
+            matrix[row[c.chunk_id]] = v
+            done[row[c.chunk_id]] = True
+        published = load_dense_matrix(self.previous) if self.previous is not None else None
+        if published is not None and not done.all():
+            for j, cid in enumerate(self.previous_ids):
+                i = row.get(cid)
+                if i is not None and not done[i]:
+                    matrix[i] = published[j]
+                    done[i] = True
+        missing = np.flatnonzero(~done).tolist()
+        if len(missing):
+            cache = EmbeddingCache(self.data_dir, self.model)
+            try:
+                texts = [
+                    passage_text(self.chunks[i].title, self.chunks[i].section, self.chunks[i].text)
+                    for i in missing
+                ]
+                matrix[missing] = np.asarray(cache.vectors(texts, self.emb)[0], dtype=np.float32).reshape(
+                    -1, self.emb.dim
+                )
+            finally:
+                cache.close()
+        return matrix
 
 
 def _sentence_store(

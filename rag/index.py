@@ -5,10 +5,19 @@ Layout under ``<data_dir>/index``::
     CURRENT                     name of the published generation (replaced atomically)
     generations/gen-000007/     one immutable generation
         manifest.json           documents, their versions and chunk ids; embedding model
-        chunks.pkl              the generation's chunks (ordered) and their BM25 tokens
+        chunks.pkl              the generation's chunks (ordered)
         bm25_*.npz/json         the lexical index over exactly those chunks
-        qdrant/                 embedded Qdrant storage with exactly those chunks' vectors
+        tokens.npy, token_offsets.npy   each chunk's BM25 tokens, as ids into the BM25 vocabulary
+        dense.npy               the chunks' vectors, L2-normalised, row i = chunk i
+        sentences.npz, sentence_vectors.npy   each chunk's sentence vectors (``rag.sentences``)
+        edge/                   Qdrant Edge shard with the same chunks (RAG_LEXICAL_BACKEND=qdrant only)
     chunks.sqlite               append-only archive of every chunk text ever indexed (traces resolve old ids)
+
+Readers memory-map the ``.npy`` files: opening a generation reads its chunks, BM25 matrix and filter columns,
+and every process reading it shares one copy of its vectors in the page cache. Generations written by the
+previous release (their vectors in an embedded qdrant-client store, ``qdrant/``, their tokens inside
+``chunks.pkl``) are still served, more slowly to open; ``rag ingest --rebuild`` rewrites one in this layout
+from the cached vectors.
 
 Ingestion builds the next generation in a temporary folder and publishes it by renaming the folder and then
 replacing ``CURRENT``; a crash at any moment leaves the previous generation serving. A reader checks
@@ -23,6 +32,7 @@ server's backend and ``open_index_reader(settings)``, which picks one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -41,9 +51,12 @@ from rag.errors import EmptyIndexError, IndexUnavailableError
 from rag.lexical import BM25Index
 from rag.sentences import SentenceStore
 from rag.stores import Legs, LexicalIndex, Stores, VectorStore, chunk_from_dict, chunk_to_dict
-from rag.stores.memory import Bm25Lexical, FilterArrays, MatrixVectors
-from rag.stores.qdrant import COLLECTION, QdrantHybrid, QdrantLexical, load_dense_matrix
+from rag.stores.edge import EdgeHybrid, EdgeLexical, EdgeVectors, has_shard, open_shard
+from rag.stores.memory import Bm25Lexical, FilterArrays, MatrixVectors, TokenStore, load_dense_matrix
+from rag.stores.qdrant import COLLECTION, LEGACY_FOLDER, QdrantHybrid, QdrantLexical, read_dense_matrix
 from rag.types import Chunk, SearchFilter
+
+log = logging.getLogger(__name__)
 
 CURRENT = "CURRENT"
 GENERATIONS = "generations"
@@ -119,15 +132,29 @@ def publish(data_dir: Path, tmp_folder: Path, name: str) -> Path:
     return final
 
 
-def save_chunks(folder: Path, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]]) -> None:
+def save_chunks(folder: Path, chunks: Sequence[Chunk]) -> None:
+    """The generation's chunks, in order (their tokens are the BM25 writer's: ``rag.stores.memory``)."""
     with open(folder / "chunks.pkl", "wb") as fh:
-        pickle.dump({"chunks": [chunk_to_dict(c) for c in chunks], "tokens": [list(t) for t in tokens]}, fh)
+        pickle.dump({"chunks": [chunk_to_dict(c) for c in chunks]}, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _read_chunk_file(folder: Path) -> tuple[list[Chunk], list[list[str]] | None]:
+    """The chunks, and the token lists that generations of the previous release kept beside them."""
+    with open(folder / "chunks.pkl", "rb") as fh:
+        data = pickle.load(fh)
+    return [chunk_from_dict(c) for c in data["chunks"]], data.get("tokens")
 
 
 def load_chunks(folder: Path) -> tuple[list[Chunk], list[list[str]]]:
-    with open(folder / "chunks.pkl", "rb") as fh:
-        data = pickle.load(fh)
-    return [chunk_from_dict(c) for c in data["chunks"]], data["tokens"]
+    """A generation's chunks and each one's BM25 tokens (what ingestion keeps of the published generation)."""
+    chunks, lists = _read_chunk_file(folder)
+    if lists is not None:
+        return chunks, lists
+    row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
+    tokens = TokenStore.open(folder, row_of, BM25Index.load(folder).vocab).all_tokens()
+    if tokens is None:
+        raise IndexUnavailableError(f"The stored tokens of {folder.name} do not match its chunks.")
+    return chunks, tokens
 
 
 # ----------------------------------------------------------------------------- chunk archive
@@ -170,7 +197,7 @@ class Generation:
         self.folder = generation_dir(data_dir, name)
         self.name = name
         self.manifest = Manifest.load(self.folder)
-        self.chunks, tokens = load_chunks(self.folder)
+        self.chunks, token_lists = _read_chunk_file(self.folder)
         self.chunk_ids = [c.chunk_id for c in self.chunks]
         self.by_id = {c.chunk_id: c for c in self.chunks}
         self.row_of = {c.chunk_id: i for i, c in enumerate(self.chunks)}  # chunk id -> its row in every array
@@ -180,51 +207,15 @@ class Generation:
         for doc_chunks in self.by_doc.values():
             doc_chunks.sort(key=lambda c: c.ordinal)
         self.bm25 = BM25Index.load(self.folder)
-        self.token_store = _TokenStore(self.row_of, tokens, self.bm25.vocab)
-        del tokens
+        self.token_store = TokenStore.open(self.folder, self.row_of, self.bm25.vocab, token_lists)
+        del token_lists
         self.sentences = SentenceStore.load(self.folder)  # None for generations built before sentence vectors
         self.masks = FilterArrays(self.chunks)
+        self.dense = load_dense_matrix(self.folder)  # None for a generation of the previous release
 
     def bm25_lexical(self) -> Bm25Lexical:
         """The in-process lexical index over this generation's BM25 files."""
         return Bm25Lexical(self.bm25, self.masks, self.chunk_ids)
-
-
-class _TokenStore:
-    """Each chunk's lexical tokens as ingestion stored them (``bm25_tokens(passage_text(...))``, the tokens its
-    BM25 row counts), kept as vocabulary ids in one flat array: ~4 bytes a token instead of a str object each.
-
-    The feature reranker reads them instead of tokenising and stemming every new candidate again (Snowball in
-    pure Python: ~0.2 ms a word the stem cache has not seen, most of a cold rerank's time at 10k chunks).
-    """
-
-    def __init__(
-        self, row_of: dict[str, int], tokens: Sequence[Sequence[str]], vocab: dict[str, int]
-    ) -> None:
-        self._row = row_of
-        self._terms = [""] * len(vocab)
-        for term, i in vocab.items():
-            self._terms[i] = term
-        lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-        self._offsets = np.concatenate([[0], np.cumsum(lengths)])
-        total = int(self._offsets[-1])
-        # a generation whose stored tokens do not match its chunks (or its vocabulary) keeps no tokens: the
-        # reranker then tokenises as before
-        self._ids: np.ndarray | None = None
-        if len(tokens) == len(row_of):
-            try:
-                self._ids = np.fromiter(
-                    (vocab[t] for doc in tokens for t in doc), dtype=np.int32, count=total
-                )
-            except KeyError:
-                self._ids = None
-
-    def tokens(self, chunk_id: str) -> list[str] | None:
-        row = self._row.get(chunk_id)
-        if row is None or self._ids is None:
-            return None
-        terms = self._terms
-        return [terms[i] for i in self._ids[self._offsets[row] : self._offsets[row + 1]].tolist()]
 
 
 class StoreBackend(Protocol):
@@ -250,10 +241,11 @@ class StoreBackend(Protocol):
 
 
 class EmbeddedBackend:
-    """An embedded generation's stores: a private copy of its Qdrant folder (Qdrant's embedded mode locks its
-    folder against a second client, so a reader never opens it in place), the dense matrix read from it once,
-    and the lexical index: in-process BM25 (``"bm25"``), or the sparse leg and fusion inside the embedded Qdrant
-    (``"qdrant"``)."""
+    """An embedded generation's stores, opened in place: in-process BM25 (``"bm25"``) beside the memory-mapped
+    dense matrix, or (``"qdrant"``) the generation's Qdrant Edge shard for the sparse leg, the dense leg and
+    their fusion. A generation of the previous release is served from a private copy of its qdrant-client store
+    (that embedded mode locks its folder against a second client); for ``"bm25"`` the copy is closed and removed
+    once the dense matrix has been read from it."""
 
     unavailable_hint: str | None = None
 
@@ -265,36 +257,70 @@ class EmbeddedBackend:
         return self._lexical
 
     def open(self, generation: Generation) -> Stores:
-        tmp = Path(tempfile.mkdtemp(prefix=f"rag-{generation.name}-"))
-        client: Any = None
-        try:
-            shutil.copytree(generation.folder / "qdrant", tmp / "qdrant")
-            from qdrant_client import QdrantClient
-
-            client = QdrantClient(path=str(tmp / "qdrant"))
-            matrix = load_dense_matrix(client, generation.row_of, generation.manifest.dim, generation.name)
-        except Exception as exc:
-            if client is not None:
-                client.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise IndexUnavailableError(f"Could not open index generation {generation.name}: {exc}") from exc
-
-        def close() -> None:
-            try:
-                client.close()
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-
-        in_qdrant = self._lexical == "qdrant"
+        legacy = generation.dense is None and (generation.folder / LEGACY_FOLDER).exists()
+        if legacy:
+            log.warning(
+                "Index generation %s was written by the previous release (an embedded qdrant-client store): it is "
+                "served as before, but opens slowly at scale. `rag ingest --rebuild PATH...` rewrites it from the "
+                "cached vectors, embedding nothing.",
+                generation.name,
+            )
+        if self._lexical == "qdrant":
+            if legacy and not has_shard(generation.folder):
+                return _open_legacy(generation, keep_client=True)
+            shard = open_shard(generation.folder, generation.name)
+            return Stores(
+                lexical=EdgeLexical(shard),
+                dense=EdgeVectors(shard),
+                hybrid=EdgeHybrid(shard),
+                close=shard.close,
+            )
+        if legacy:
+            return _open_legacy(generation, keep_client=False)
+        if generation.dense is None:
+            raise IndexUnavailableError(f"Index generation {generation.name} has no dense vectors.")
         return Stores(
-            lexical=QdrantLexical(client, COLLECTION) if in_qdrant else generation.bm25_lexical(),
-            dense=MatrixVectors(matrix, generation.masks, generation.chunk_ids),
-            hybrid=QdrantHybrid(client, COLLECTION) if in_qdrant else None,
-            close=close,
+            lexical=generation.bm25_lexical(),
+            dense=MatrixVectors(generation.dense, generation.masks, generation.chunk_ids),
         )
 
     def close(self) -> None:
-        """Each generation's stores release their own copy."""
+        """Each generation's stores release what they opened."""
+
+
+def _open_legacy(generation: Generation, *, keep_client: bool) -> Stores:
+    """A previous-release generation: its qdrant-client store copied (that mode locks its folder), the dense
+    matrix read from it, and the client kept only when it serves the sparse leg (``keep_client``)."""
+    from qdrant_client import QdrantClient
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"rag-{generation.name}-"))
+    client: Any = None
+    try:
+        shutil.copytree(generation.folder / LEGACY_FOLDER, tmp / LEGACY_FOLDER)
+        client = QdrantClient(path=str(tmp / LEGACY_FOLDER))
+        matrix = read_dense_matrix(client, generation.row_of, generation.manifest.dim, generation.name)
+    except Exception as exc:
+        if client is not None:
+            client.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise IndexUnavailableError(f"Could not open index generation {generation.name}: {exc}") from exc
+
+    def close() -> None:
+        try:
+            client.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    dense = MatrixVectors(matrix, generation.masks, generation.chunk_ids)
+    if not keep_client:
+        close()
+        return Stores(lexical=generation.bm25_lexical(), dense=dense)
+    return Stores(
+        lexical=QdrantLexical(client, COLLECTION),
+        dense=dense,
+        hybrid=QdrantHybrid(client, COLLECTION),
+        close=close,
+    )
 
 
 @dataclass(frozen=True)
@@ -354,7 +380,8 @@ class IndexReader:
                 time.sleep(0.2 * attempt)
                 name = current_generation(self.data_dir) or name
         raise IndexUnavailableError(
-            f"Index generation {name} could not be opened: {last}", hint=self.backend.unavailable_hint
+            f"Index generation {name} could not be opened: {last}",
+            hint=getattr(last, "hint", None) or self.backend.unavailable_hint,
         )
 
     def close(self) -> None:

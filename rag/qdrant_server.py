@@ -24,12 +24,12 @@ import numpy as np
 
 from rag.config import Settings
 from rag.errors import ConfigurationError, IndexUnavailableError, IngestError
-from rag.index import EmbeddedBackend, Generation, IndexReader, LexicalBackend
+from rag.index import EmbeddedBackend, Generation, IndexReader, LexicalBackend, generation_dir
 from rag.lexical import average_length
 from rag.stores import GenerationBuild, IndexWriter, PublishedGeneration, Stores
-from rag.stores.memory import Bm25Writer
+from rag.stores.edge import EdgeWriter
+from rag.stores.memory import Bm25Writer, MatrixWriter
 from rag.stores.qdrant import (
-    EmbeddedQdrantWriter,
     QdrantHybrid,
     QdrantLexical,
     QdrantVectors,
@@ -135,7 +135,7 @@ class ServerIndexWriter:
         generation: str,
         chunks: Sequence[Chunk],
         tokens: Sequence[Sequence[str]],
-        vectors: Sequence[np.ndarray],
+        vectors: Sequence[np.ndarray] | np.ndarray,
         dim: int,
     ) -> str:
         """Write every chunk of ``generation`` into a fresh collection; return its name. Nothing reads it yet."""
@@ -295,10 +295,16 @@ def open_index_reader(settings: Settings) -> IndexReader:
 
 
 def open_index_writers(settings: Settings) -> list[IndexWriter]:
-    """What ingestion writes a generation through: the vector points (with their sparse BM25 vectors) in the
-    server's collection or the generation's embedded Qdrant folder, and the generation's BM25 files."""
-    store: IndexWriter = ServerIndexWriter(settings) if settings.qdrant_url else EmbeddedQdrantWriter()
-    return [store, Bm25Writer()]
+    """What ingestion writes a generation through: on a server, the points (with their sparse BM25 vectors) in
+    the generation's collection; embedded, the dense matrix and the Qdrant Edge shard (the same points, which
+    the reader searches when ``RAG_LEXICAL_BACKEND=qdrant``); and the generation's BM25 files either way."""
+    if settings.qdrant_url:
+        return [ServerIndexWriter(settings), Bm25Writer()]
+    edge = EdgeWriter(
+        lambda name: generation_dir(settings.data_dir, name),
+        required=resolve_lexical_backend(settings) == "qdrant",
+    )
+    return [MatrixWriter(), Bm25Writer(), edge]
 
 
 __all__ = [

@@ -20,6 +20,7 @@ from rag.text import split_sentences
 MIN_WORDS = 3
 MAX_UNITS = 48
 FILE = "sentences.npz"
+VECTORS_FILE = "sentence_vectors.npy"  # the vectors beside FILE, memory-mapped by readers
 
 
 def sentence_units(text: str) -> list[str]:
@@ -65,16 +66,21 @@ class SentenceStore:
             chunk_ids=np.array(self.chunk_ids, dtype=object),
             starts=self.starts,
             counts=self.counts,
-            vectors=self.vectors,
         )
+        np.save(folder / VECTORS_FILE, np.asarray(self.vectors, dtype=np.float32))
 
     @classmethod
     def load(cls, folder: Path) -> SentenceStore | None:
+        """The stored vectors, memory-mapped: a query reads only its candidates' rows, and every process that
+        reads the generation shares one copy in the page cache. (Generations written before the vectors had
+        their own file keep them inside ``FILE``, loaded whole.)"""
         path = folder / FILE
         if not path.exists():
             return None
         data = np.load(path, allow_pickle=True)
-        return cls(list(data["chunk_ids"]), data["starts"], data["counts"], data["vectors"])
+        separate = folder / VECTORS_FILE
+        vectors = np.load(separate, mmap_mode="r") if separate.exists() else data["vectors"]
+        return cls(list(data["chunk_ids"]), data["starts"], data["counts"], vectors)
 
     @classmethod
     def empty(cls, dim: int) -> SentenceStore:

@@ -17,7 +17,7 @@ never which backend holds them. Implementations:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -30,9 +30,13 @@ Hit = tuple[str, float]  # (chunk_id, score), best first
 
 
 # ----------------------------------------------------------------------------- chunk (de)serialisation
+_CHUNK_FIELDS = tuple(Chunk.__dataclass_fields__)
+
+
 def chunk_to_dict(chunk: Chunk) -> dict[str, Any]:
-    """A chunk as JSON-ready data: the generation files, the chunk archive and Qdrant payloads store this."""
-    data = asdict(chunk)
+    """A chunk as JSON-ready data: the generation files, the chunk archive and Qdrant payloads store this.
+    (Field by field: ``dataclasses.asdict`` deep-copies every value, 70 us a chunk, 7 s at 100k chunks.)"""
+    data = {name: getattr(chunk, name) for name in _CHUNK_FIELDS}
     for key in ("effective", "expires"):
         data[key] = data[key].isoformat() if data[key] else None
     data["groups"] = list(chunk.groups)
@@ -177,7 +181,9 @@ class GenerationBuild:
     dim: int  # embedding dimension
     fresh: Sequence[tuple[Chunk, np.ndarray]]  # the chunks this run embedded, with their vectors
     dropped: Sequence[str]  # chunk ids of the previous generation's changed or removed documents
-    all_vectors: Callable[[], Sequence[np.ndarray]]  # every chunk's vector, aligned (a full rebuild)
+    all_vectors: Callable[
+        [], np.ndarray
+    ]  # every chunk's vector as the rows of one matrix, aligned (a full rebuild)
     previous: Path | None = None  # the published generation's folder (None: the first generation)
     previous_avgdl: float | None = None  # the avgdl the published generation's sparse weights used
 

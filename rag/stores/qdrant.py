@@ -1,8 +1,10 @@
-"""Qdrant as a store: the point layout, both legs and their fusion, and the embedded generation's writer.
+"""Qdrant as a store through qdrant-client: the point layout, both legs and their fusion.
 
 Every chunk is one point (id derived from its chunk id) carrying a dense vector ``dense``, a sparse vector
-``bm25`` and the chunk as payload, with the filter fields ``effective_ord``/``expires_ord``/``tags_f``. The same
-calls run against embedded Qdrant (a generation's ``qdrant/`` folder) and a server (``rag.qdrant_server``).
+``bm25`` and the chunk as payload, with the filter fields ``effective_ord``/``expires_ord``/``tags_f``. These calls
+run against a server (``rag.qdrant_server``) and against the embedded qdrant-client store (a ``qdrant/`` folder)
+that generations of the previous release carry, which readers still serve; embedded generations are now
+written for Qdrant Edge (``rag.stores.edge``, the same layout and searches in the engine's own types).
 
 Lexical search inside Qdrant: the sparse vector's indices are stable term ids (31 bits of a BLAKE2b hash of the
 ``rag.text.bm25_tokens`` token) and its values the BM25 term weights ``tf * (k1 + 1) / (tf + k1 * (1 - b + b *
@@ -22,7 +24,6 @@ passes ``k + 1`` and both give the same numbers.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -32,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from rag.errors import IndexUnavailableError, RetrievalError
-from rag.lexical import K1, B, average_length
-from rag.stores import GenerationBuild, Hit, Legs, PublishedGeneration, chunk_to_dict
+from rag.lexical import K1, B
+from rag.stores import Hit, Legs, chunk_to_dict
 from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
 
-COLLECTION = "chunks"  # the collection inside an embedded generation
+COLLECTION = "chunks"  # the collection inside a generation's ``qdrant/`` folder (the previous release)
+LEGACY_FOLDER = "qdrant"
 DENSE = "dense"
 SPARSE = "bm25"
 NO_TAGS = "__none__"
@@ -94,13 +96,12 @@ def avgdl_drifted(previous: float | None, current: float, tolerance: float = AVG
     return abs(current - previous) / previous > tolerance
 
 
-def sparse_document(tokens: Sequence[str], avgdl: float, *, k1: float = K1, b: float = B) -> Any:
-    """A chunk's BM25 term weights (without IDF: Qdrant's IDF modifier applies that at query time).
-
-    Two tokens whose ids collide (about one pair in a 100k-term vocabulary) share an index: their weights add up.
-    """
-    from qdrant_client import models
-
+def bm25_term_weights(
+    tokens: Sequence[str], avgdl: float, *, k1: float = K1, b: float = B
+) -> tuple[list[int], list[float]]:
+    """A chunk's BM25 term weights as (sorted term ids, weights), without IDF (Qdrant's IDF modifier applies
+    that at query time). Two tokens whose ids collide (about one pair in a 100k-term vocabulary) share an
+    index: their weights add up."""
     weights: dict[int, float] = {}
     dl = len(tokens)
     if dl and avgdl > 0:
@@ -109,18 +110,35 @@ def sparse_document(tokens: Sequence[str], avgdl: float, *, k1: float = K1, b: f
             tid = term_id(token)
             weights[tid] = weights.get(tid, 0.0) + tf * (k1 + 1) / (tf + norm)
     indices = sorted(weights)
-    return models.SparseVector(indices=indices, values=[weights[i] for i in indices])
+    return indices, [weights[i] for i in indices]
 
 
-def sparse_query(tokens: Sequence[str]) -> Any | None:
-    """Query term counts (rank-bm25 counts a repeated query term repeatedly); None for an empty query."""
-    from qdrant_client import models
-
+def query_term_counts(tokens: Sequence[str]) -> tuple[list[int], list[float]] | None:
+    """Query term counts as (sorted term ids, counts): rank-bm25 counts a repeated query term repeatedly. None
+    for an empty query."""
     counts: Counter[int] = Counter(term_id(t) for t in tokens)
     if not counts:
         return None
     indices = sorted(counts)
-    return models.SparseVector(indices=indices, values=[float(counts[i]) for i in indices])
+    return indices, [float(counts[i]) for i in indices]
+
+
+def sparse_document(tokens: Sequence[str], avgdl: float, *, k1: float = K1, b: float = B) -> Any:
+    """``bm25_term_weights`` as a qdrant-client sparse vector."""
+    from qdrant_client import models
+
+    indices, values = bm25_term_weights(tokens, avgdl, k1=k1, b=b)
+    return models.SparseVector(indices=indices, values=values)
+
+
+def sparse_query(tokens: Sequence[str]) -> Any | None:
+    """``query_term_counts`` as a qdrant-client sparse vector; None for an empty query."""
+    from qdrant_client import models
+
+    counts = query_term_counts(tokens)
+    if counts is None:
+        return None
+    return models.SparseVector(indices=counts[0], values=counts[1])
 
 
 def point(chunk: Chunk, vector: np.ndarray, tokens: Sequence[str], avgdl: float) -> Any:
@@ -310,110 +328,10 @@ class QdrantHybrid:
         )
 
 
-# ----------------------------------------------------------------------------- embedded generations
-class EmbeddedQdrantWriter:
-    """``IndexWriter`` for an embedded generation's ``qdrant/`` folder: a copy of the published generation's
-    store with the run's changes applied (or a new store for the first generation).
-
-    Each point also carries the ``bm25`` sparse vector. Kept points keep the weights they were written with
-    unless the corpus's average length drifted more than 5% from the published generation's: then every
-    point's sparse vector is rewritten. Publishing is the generation folder's own (``rag.index.publish``).
-    """
-
-    def is_stale(self, published: PublishedGeneration) -> bool:
-        return published.bm25_avgdl is None  # its store predates the sparse BM25 leg
-
-    def write(self, build: GenerationBuild) -> None:
-        from qdrant_client import QdrantClient, models
-
-        tokens = {c.chunk_id: list(t) for c, t in zip(build.chunks, build.tokens, strict=True)}
-        avgdl = average_length(build.tokens)
-        target = build.folder / "qdrant"
-        if build.previous is not None and (build.previous / "qdrant").exists():
-            shutil.copytree(build.previous / "qdrant", target)
-        client = QdrantClient(path=str(target))
-        try:
-            reweigh = avgdl_drifted(build.previous_avgdl, avgdl)
-            if client.collection_exists(COLLECTION) and SPARSE not in (
-                client.get_collection(COLLECTION).config.params.sparse_vectors or {}
-            ):
-                _add_sparse_vector(client, tokens, avgdl)  # a store written before the sparse leg existed
-                reweigh = False
-            if not client.collection_exists(COLLECTION):
-                client.create_collection(COLLECTION, **collection_config(build.dim))
-            delete = list(build.dropped)
-            for start in range(0, len(delete), 1000):
-                ids: list[int | str | uuid.UUID] = [point_id(cid) for cid in delete[start : start + 1000]]
-                client.delete(COLLECTION, points_selector=models.PointIdsList(points=ids), wait=True)
-            upsert = build.fresh
-            for start in range(0, len(upsert), 256):
-                client.upsert(
-                    COLLECTION,
-                    points=[point(c, v, tokens[c.chunk_id], avgdl) for c, v in upsert[start : start + 256]],
-                    wait=True,
-                )
-            if reweigh:
-                fresh = {c.chunk_id for c, _ in upsert}
-                kept = [cid for cid in tokens if cid not in fresh]
-                for start in range(0, len(kept), 512):
-                    client.update_vectors(
-                        COLLECTION,
-                        points=[
-                            models.PointVectors(
-                                id=point_id(cid), vector={SPARSE: sparse_document(tokens[cid], avgdl)}
-                            )
-                            for cid in kept[start : start + 512]
-                        ],
-                        wait=True,
-                    )
-        finally:
-            client.close()
-
-    def publish(self, generation: str) -> None:
-        """The store is inside the generation folder: publishing the folder published it."""
-
-    def close(self) -> None:
-        """Each write opens and closes its own client."""
-
-
-def _add_sparse_vector(client: Any, tokens: dict[str, list[str]], avgdl: float) -> None:
-    """Recreate a dense-only embedded collection with the sparse vector declared (Qdrant cannot add one in place)."""
-    from qdrant_client import models
-
-    params = client.get_collection(COLLECTION).config.params
-    points: list[Any] = []
-    offset = None
-    while True:
-        page, offset = client.scroll(
-            COLLECTION, limit=1000, offset=offset, with_payload=True, with_vectors=[DENSE]
-        )
-        points.extend(page)
-        if offset is None:
-            break
-    client.delete_collection(COLLECTION)
-    client.create_collection(
-        COLLECTION,
-        vectors_config=params.vectors,
-        sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-    )
-    for start in range(0, len(points), 256):
-        batch = []
-        for p in points[start : start + 256]:
-            vector: dict[str, Any] = {DENSE: p.vector[DENSE]}
-            chunk_tokens = tokens.get((p.payload or {}).get("chunk_id", ""))
-            if chunk_tokens is not None:  # points of dropped documents are deleted right after
-                vector[SPARSE] = sparse_document(chunk_tokens, avgdl)
-            batch.append(models.PointStruct(id=p.id, vector=vector, payload=p.payload))
-        client.upsert(COLLECTION, points=batch, wait=True)
-
-
-def load_dense_matrix(client: Any, row_of: dict[str, int], dim: int, generation: str) -> np.ndarray:
-    """An embedded generation's dense vectors as one L2-normalised matrix in chunk order (row ``row_of[id]``),
-    read from its Qdrant store once.
-
-    Embedded Qdrant evaluates a payload filter point by point in Python (about 0.2 ms per point: 0.4 s per
-    query at 2,000 chunks); the same filter as a numpy mask over this matrix costs microseconds.
-    """
+# ----------------------------------------------------------------------------- generations of the previous release
+def read_dense_matrix(client: Any, row_of: dict[str, int], dim: int, generation: str) -> np.ndarray:
+    """The dense vectors of a generation written by the previous release (an embedded qdrant-client store in its
+    ``qdrant/`` folder, ``LEGACY_FOLDER``) as one L2-normalised matrix in chunk order (row ``row_of[id]``)."""
     matrix = np.zeros((len(row_of), dim), dtype=np.float32)
     seen = 0
     offset = None

@@ -19,7 +19,7 @@ import ingest.indexer as indexer
 from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.index import IndexReader, current_generation, generation_dir, index_root, load_chunks
-from rag.qdrant_server import open_index_writers
+from rag.qdrant_server import open_index_reader, open_index_writers
 from rag.stores import GenerationBuild, PublishedGeneration
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
@@ -304,6 +304,84 @@ def test_kill_9_mid_run_keeps_the_old_index_and_a_rerun_completes(tmp_path: Path
     assert reader.lexical.search(bm25_tokens("Rule 39"), EVERYONE, 5)
     reader.close()
     shutil.rmtree(data)
+
+
+_STALL_IN_THE_STORE = """
+import sys, time
+from pathlib import Path
+import rag.stores.edge as edge
+from ingest.indexer import ingest
+from rag.config import load_settings
+
+edge.UPSERT_BATCH = 4  # many small batches: the kill lands between two of them
+written, point = [0], edge.edge_point
+
+def stalling_point(*args, **kwargs):
+    written[0] += 1
+    if written[0] == 9:  # two batches are in the staging shard: say so, and wait for the kill
+        Path(sys.argv[2]).write_text("in the store")
+        time.sleep(600)
+    return point(*args, **kwargs)
+
+edge.edge_point = stalling_point
+ingest([sys.argv[1]], load_settings(data_dir=sys.argv[3], lexical_backend="qdrant"))
+"""
+
+
+def test_kill_9_while_the_store_is_written_keeps_the_published_generation(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 in the middle of writing the next generation's stores (batches already in its Qdrant Edge shard):
+    both readers keep serving the published generation, and the next run discards the half-written one."""
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data, lexical_backend="qdrant")
+    ingest([str(docs)], settings, embedder=embedder)
+    published = current_generation(data)
+    for i in range(12):
+        (docs / f"extra{i}.md").write_text(
+            f"# Extra policy {i}\n\nRule {i} says item {i} costs {i} dollars.\n"
+        )
+    marker = tmp_path / "stalled"
+    victim = subprocess.Popen(
+        [sys.executable, "-c", _STALL_IN_THE_STORE, str(docs), str(marker), str(data)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    deadline = time.time() + 180
+    while time.time() < deadline and victim.poll() is None and not marker.exists():
+        time.sleep(0.05)
+    assert marker.exists(), "the run never reached the store"
+    gens = index_root(data) / "generations"
+    (staging,) = gens.glob(".tmp-*")
+    assert (staging / "edge").is_dir()  # the next generation's shard holds some points already
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    assert current_generation(data) == published
+    for backend in ("bm25", "qdrant"):
+        reader = open_index_reader(load_settings(data_dir=data, lexical_backend=backend))
+        try:
+            assert reader.generation.name == published
+            legs = reader.search(
+                bm25_tokens("45 days refund"),
+                embedder.embed_queries(["refund window"])[0],
+                EVERYONE,
+                n_lexical=5,
+                n_dense=5,
+                rrf_k=60,
+            )
+            assert legs.lexical and legs.dense
+        finally:
+            reader.close()
+
+    rerun = ingest([str(docs)], settings, embedder=embedder)
+    assert rerun.ok and rerun.published and not list(gens.glob(".tmp-*"))
+    reader = open_index_reader(settings)
+    try:
+        ids = [c.chunk_id for c in reader.generation.chunks]
+        assert len(ids) == len(set(ids)) == rerun.index_chunks
+        assert reader.lexical.search(bm25_tokens("Rule 11 item 11"), EVERYONE, 3)
+    finally:
+        reader.close()
 
 
 def test_sample_corpus_filters_inside_both_legs(sample_data_dir: Path, embedder) -> None:  # type: ignore[no-untyped-def]

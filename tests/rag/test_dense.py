@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 
 from rag.index import IndexReader, current_generation, generation_dir
-from rag.stores.qdrant import COLLECTION, QdrantVectors
+from rag.stores.edge import EdgeVectors, open_shard
 from rag.types import Principal, SearchFilter
 
 PRINCIPALS = [
@@ -34,23 +33,18 @@ def reader(sample_data_dir: Path) -> IndexReader:
 
 
 @pytest.fixture(scope="module")
-def qdrant_engine(sample_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The same generation's vectors searched by the embedded Qdrant engine (on a copy: Qdrant locks its folder)."""
-    from qdrant_client import QdrantClient
-
-    copy = tmp_path_factory.mktemp("dense-qdrant") / "qdrant"
-    shutil.copytree(
-        generation_dir(sample_data_dir, current_generation(sample_data_dir) or "") / "qdrant", copy
-    )
-    client = QdrantClient(path=str(copy))
-    yield QdrantVectors(client, COLLECTION)
-    client.close()
+def qdrant_engine(sample_data_dir: Path) -> Any:
+    """The same generation's vectors searched by the Qdrant engine (the generation's Qdrant Edge shard)."""
+    name = current_generation(sample_data_dir) or ""
+    shard = open_shard(generation_dir(sample_data_dir, name), name)
+    yield EdgeVectors(shard)
+    shard.close()
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS, ids=lambda p: p.user)
 @pytest.mark.parametrize("as_of", [date(2021, 6, 1), date(2026, 6, 1)])
 def test_same_hits_as_qdrants_filtered_search(
-    reader: IndexReader, qdrant_engine: QdrantVectors, embedder, principal: Principal, as_of: date
+    reader: IndexReader, qdrant_engine: EdgeVectors, embedder, principal: Principal, as_of: date
 ) -> None:  # type: ignore[no-untyped-def]
     filt = SearchFilter(principal, as_of)
     for question in QUESTIONS:

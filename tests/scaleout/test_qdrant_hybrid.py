@@ -295,15 +295,17 @@ def test_validity_dates_hold_in_the_sparse_leg(reader: IndexReader) -> None:
 
 # ----------------------------------------------------------------------------- incremental generations
 def _stored_sparse(data_dir: Path, chunk_id: str) -> dict[int, float]:
-    from qdrant_client import QdrantClient
+    """The sparse vector the published generation's Qdrant Edge shard holds for the chunk."""
+    from rag.stores.edge import open_shard
 
-    client = QdrantClient(path=str(generation_dir(data_dir, current_generation(data_dir)) / "qdrant"))  # type: ignore[arg-type]
+    name = current_generation(data_dir)
+    shard = open_shard(generation_dir(data_dir, name), name)  # type: ignore[arg-type]
     try:
-        point = client.retrieve(COLLECTION, [point_id(chunk_id)], with_vectors=[SPARSE])[0]
-        vec = point.vector[SPARSE]
+        (record,) = shard.retrieve([point_id(chunk_id)], with_payload=False, with_vector=[SPARSE])
+        vec = record.vector[SPARSE]
         return dict(zip(vec.indices, vec.values, strict=True))
     finally:
-        client.close()
+        shard.close()
 
 
 def _expected_sparse(tokens: list[str], avgdl: float) -> dict[int, float]:
@@ -344,7 +346,8 @@ def test_sparse_weights_follow_avgdl_across_incremental_generations(tmp_path: Pa
 
 def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     """A generation written before this change (dense-only collection, no bm25_avgdl) is upgraded in place of a
-    no-op run; until then the Qdrant lexical leg says what to do instead of failing obscurely."""
+    no-op run by a deployment that searches the sparse leg (it gets a Qdrant Edge shard); until then the Qdrant
+    lexical leg says what to do instead of failing obscurely."""
     from qdrant_client import QdrantClient, models
 
     docs, data = tmp_path / "docs", tmp_path / "data"
@@ -355,7 +358,10 @@ def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path
     settings = load_settings(data_dir=data)
     ingest([str(docs)], settings, embedder=embedder)
     gen = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
-    # make it look like an old generation
+    # make it look like an old generation: the previous release's layout, its collection dense-only
+    from tests.stores.legacy import to_previous_release
+
+    to_previous_release(gen)
     client = QdrantClient(path=str(gen / "qdrant"))
     points, _ = client.scroll(COLLECTION, limit=1000, with_payload=True, with_vectors=[DENSE])
     dim = len(points[0].vector[DENSE])
@@ -380,6 +386,7 @@ def test_an_index_without_the_sparse_leg_is_upgraded_by_the_next_ingest(tmp_path
     assert "rag ingest" in (err.value.hint or "")
     old.close()
 
+    settings = load_settings(data_dir=data, lexical_backend="qdrant")
     report = ingest([str(docs)], settings, embedder=embedder)
     assert report.published and report.embedded == 0
     new = IndexReader(data, EmbeddedBackend(lexical="qdrant"))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from rag.config import Settings
-from rag.index import IndexReader, current_generation
+from rag.index import IndexReader, current_generation, generation_dir
 from rag.qdrant_server import open_index_reader, open_index_writers
 from rag.stages.fusion import rrf_fuse
 from rag.stores import Hit
@@ -46,6 +46,8 @@ class Deployment:
     settings: Settings
     lexical_backend: str  # what the trace records
     fuses: bool  # whether the store fuses the legs itself (HybridSearch)
+    previous_release: bool = False  # each generation rewritten as the previous release wrote it (legacy.py)
+    stale_when_published: bool = False  # whether today's writers find such a generation in need of a rebuild
 
     @property
     def data_dir(self) -> Path:
@@ -55,10 +57,15 @@ class Deployment:
 def write(deployment: Deployment, name: str, chunks: list[Chunk], previous: Written | None = None) -> Written:
     writers = open_index_writers(deployment.settings)
     try:
-        return write_generation(deployment.data_dir, writers, name, chunks, previous=previous)
+        written = write_generation(deployment.data_dir, writers, name, chunks, previous=previous)
     finally:
         for w in writers:
             w.close()
+    if deployment.previous_release:
+        from tests.stores.legacy import to_previous_release
+
+        to_previous_release(generation_dir(deployment.data_dir, name))
+    return written
 
 
 def matching(chunks: list[Chunk], tokens: list[str], filt: SearchFilter) -> set[str]:
@@ -222,7 +229,8 @@ class IndexWriterContract:
             manifest = reader.generation.manifest
             writers = open_index_writers(deployment.settings)
             try:
-                assert not any(w.is_stale(manifest) for w in writers)  # freshly published: nothing to rebuild
+                # freshly published: nothing to rebuild (unless it is in an older layout that lacks a store)
+                assert any(w.is_stale(manifest) for w in writers) == deployment.stale_when_published
             finally:
                 for w in writers:
                     w.close()

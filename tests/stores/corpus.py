@@ -112,13 +112,15 @@ def write_generation(
         dim=DIM,
         fresh=[(c, vectors[c.chunk_id]) for c in chunks if c.chunk_id not in old_ids],
         dropped=sorted(old_ids - new_ids),
-        all_vectors=lambda: [vectors[c.chunk_id] for c in chunks],
+        all_vectors=lambda: np.array([vectors[c.chunk_id] for c in chunks], dtype=np.float32).reshape(
+            -1, DIM
+        ),
         previous=index_root(data_dir) / GENERATIONS / previous.name if previous else None,
         previous_avgdl=average_length(previous.tokens) if previous else None,
     )
     for writer in writers:
         writer.write(build)
-    save_chunks(tmp, chunks, tokens)
+    save_chunks(tmp, chunks)
     documents: dict[str, dict[str, object]] = {}
     for c in chunks:
         documents.setdefault(c.doc_id, {"title": c.title, "chunk_ids": []})["chunk_ids"].append(c.chunk_id)  # type: ignore[union-attr]
