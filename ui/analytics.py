@@ -3,20 +3,26 @@
 Questions the bot abstained on or that their asker rated down are grouped by topic: their embeddings (the
 project's embedder, the packaged MiniLM by default) are clustered agglomeratively (average linkage, cosine
 distance, cut at ``TOPIC_DISTANCE``), so the number of topics follows the questions instead of a fixed k.
+An abstention that a document the asker may not read would have answered is a refusal for access, counted
+apart (:func:`needed_documents`). Documents are told apart by file and validity (:func:`document_label`).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rag.text import STOPWORDS
+from rag.types import Principal
+from ui.sources import document_meta
 
 # Cosine distance at which two groups of questions stop being one topic. MiniLM puts paraphrases of one
 # question at ~0.1-0.35 and different policy questions at ~0.6-0.9; 0.5 keeps "dog in the office" apart from
@@ -153,20 +159,132 @@ def totals(days: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
+DOCUMENT_COLUMNS = ["document", "title", "file", "valid", "status", "answers citing it", "doc id", "indexed"]
+
+
+def validity(doc: Mapping[str, Any], today: date) -> tuple[str, str]:
+    """('2022-01-01 to 2024-12-31', 'expired') for a manifest entry: its validity window and its state today."""
+    meta = document_meta("?", dict(doc))
+    if meta.effective and meta.expires:
+        window = f"{meta.effective} to {meta.expires}"
+    elif meta.effective:
+        window = f"from {meta.effective}"
+    else:
+        window = f"until {meta.expires}" if meta.expires else ""
+    if meta.valid_on(today):
+        return window, "in force"
+    return window, "expired" if meta.expires and today > meta.expires else "not yet in force"
+
+
+def document_label(title: str, file: str, status: str) -> str:
+    """One line that tells documents apart: 'Travel Policy · travel-policy-2022.pdf · expired'. Two documents
+    may share a title (a policy and the version it replaced), never a file and a state."""
+    return " \u00b7 ".join(p for p in (title, file, "" if status == "in force" else status) if p)
+
+
 def documents_frame(
-    indexed: Mapping[str, Mapping[str, Any]], cited: Mapping[str, Mapping[str, Any]]
+    indexed: Mapping[str, Mapping[str, Any]],
+    cited: Mapping[str, Mapping[str, Any]],
+    today: date | None = None,
 ) -> pd.DataFrame:
-    """Every indexed document (and any cited one no longer indexed) with how many answers cited it, most first."""
+    """Every indexed document (and any cited one no longer indexed) with how many answers cited it, most first.
+
+    ``document`` is :func:`document_label`: documents that share a title are told apart by their file and, when
+    not in force today, their state, so none is merged with another in a chart or listed as both cited and not.
+    """
+    day = today or date.today()
     rows = []
     for doc_id in sorted(set(indexed) | set(cited)):
-        doc = indexed.get(doc_id) or {}
+        doc = indexed.get(doc_id)
+        seen = cited.get(doc_id) or {}
+        title = str((doc or {}).get("title") or seen.get("title") or doc_id)
+        file = Path(str((doc or {}).get("source") or seen.get("source") or "")).name
+        window, status = validity(doc, day) if doc is not None else ("", "no longer indexed")
         rows.append(
             {
-                "document": str(doc.get("title") or (cited.get(doc_id) or {}).get("title") or doc_id),
+                "document": document_label(title, file, status),
+                "title": title,
+                "file": file,
+                "valid": window,
+                "status": status,
+                "answers citing it": int(seen.get("answers") or 0),
                 "doc id": doc_id,
-                "answers citing it": int((cited.get(doc_id) or {}).get("answers") or 0),
-                "indexed": doc_id in indexed,
+                "indexed": doc is not None,
             }
         )
-    frame = pd.DataFrame(rows, columns=["document", "doc id", "answers citing it", "indexed"])
+    frame = pd.DataFrame(rows, columns=DOCUMENT_COLUMNS)
     return frame.sort_values(["answers citing it", "document"], ascending=[False, True], ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- refused for access
+# Asks a question again as the given principal (no language model) and returns the answer's trace dict.
+Ask = Callable[[str, Principal, date | None, frozenset[str]], Mapping[str, Any]]
+
+
+def withheld_groups(documents: Mapping[str, Mapping[str, Any]], asker: Principal) -> frozenset[str]:
+    """The access groups of indexed documents that ``asker`` is not in."""
+    groups = {g for doc_id, doc in documents.items() for g in document_meta(doc_id, dict(doc)).groups}
+    return frozenset(groups - asker.readable_groups)
+
+
+def needed_documents(
+    gap: Mapping[str, Any], documents: Mapping[str, Mapping[str, Any]], ask: Ask
+) -> tuple[str, ...]:
+    """The documents its asker may not read that would have answered an abstained question, or ().
+
+    The pipeline decides, not a rule about the question: the question is asked again by the same user on the
+    same date with every withheld access group added. If that answer cites a document the asker may not read,
+    the abstention was a refusal for access (their policies do not say, a restricted one does), not a missing
+    policy. Only for admins: the answer says which restricted documents exist.
+    """
+    if not gap.get("abstained") or not gap.get("user") or not str(gap.get("question") or "").strip():
+        return ()
+    asker = Principal(str(gap["user"]), frozenset(str(g) for g in gap.get("groups") or ()))
+    extra = withheld_groups(documents, asker)
+    if not extra:
+        return ()
+    as_of = date.fromisoformat(str(gap["as_of"])) if gap.get("as_of") else None
+    trace = ask(
+        str(gap["question"]),
+        Principal(asker.user, asker.groups | extra),
+        as_of,
+        frozenset(str(t) for t in gap.get("tags") or ()),
+    )
+    if trace.get("abstained"):
+        return ()
+    cited = dict.fromkeys(str(e.get("doc_id")) for e in trace.get("evidence") or [] if e.get("cited"))
+    return tuple(
+        d for d in cited if d in documents and not document_meta(d, dict(documents[d])).readable_by(asker)
+    )
+
+
+def refusals_frame(
+    gaps: Sequence[Mapping[str, Any]],
+    needed: Mapping[str, Sequence[str]],
+    documents: Mapping[str, Mapping[str, Any]],
+    today: date | None = None,
+) -> pd.DataFrame:
+    """One row per question refused for access: who asked, with which groups, and the documents that answer it."""
+    day = today or date.today()
+
+    def label(doc_id: str) -> str:
+        doc = documents.get(doc_id) or {}
+        return document_label(
+            str(doc.get("title") or doc_id), Path(str(doc.get("source") or "")).name, validity(doc, day)[1]
+        )
+
+    return pd.DataFrame(
+        [
+            {
+                "question": g["question"],
+                "user": g.get("user"),
+                "groups": ", ".join(str(x) for x in g.get("groups") or []),
+                "answered by": " | ".join(label(d) for d in needed[str(g["trace_id"])]),
+                "asked at": str(g.get("created_at") or "")[:16].replace("T", " "),
+                "trace id": g["trace_id"],
+            }
+            for g in gaps
+            if needed.get(str(g["trace_id"]))
+        ],
+        columns=["question", "user", "groups", "answered by", "asked at", "trace id"],
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -111,6 +112,7 @@ def test_totals_rates_and_documents() -> None:
     assert list(docs["indexed"]) == [True, True, False, True]
     never = docs[(docs["answers citing it"] == 0) & docs["indexed"]]
     assert list(never["document"]) == ["Leave"]
+    assert docs.set_index("doc id").loc["gone", "status"] == "no longer indexed"
 
 
 # ----------------------------------------------------------------------------- the page
@@ -122,6 +124,10 @@ def _open(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str) -> AppTest
     return at
 
 
+SALARY_Q = "What is the salary band for a senior engineer?"
+MEALS_Q = "What is the daily meal allowance for international trips?"
+
+
 def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path) -> None:
     from rag.tracestore.repository import TraceStore
 
@@ -131,6 +137,13 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     store = TraceStore.from_settings(load_settings(data_dir=ui_data_dir))
     answered = next(r for r in store.list_traces(user="sam", limit=5) if not r["abstained"])
     store.set_feedback(answered["trace_id"], "sam", "down", reason="outdated")
+    # alice (staff) asks what only hr's Salary Bands answer, and what the Travel Policy in force answers
+    at = _open(monkeypatch, ui_data_dir, "alice")
+    at.chat_input(key="chat_input").set_value(SALARY_Q).run()
+    at.chat_input(key="chat_input").set_value(MEALS_Q).run()
+    salary = next(r for r in store.list_traces(user="alice", limit=20) if r["question"] == SALARY_Q)
+    assert salary["abstained"]
+    stored = store.count_traces()
 
     at = _open(monkeypatch, ui_data_dir, "olga")
     at.switch_page("views/analytics.py").run()
@@ -145,6 +158,23 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     labels = {b.proto.label for b in at.get("download_button")}
     assert {"Daily figures (CSV)", "Topics (CSV)", "Every such question (CSV)", "Documents (CSV)"} <= labels
     charts = [n for n in at._tree if getattr(n, "type", None) in ("arrow_vega_lite_chart", "vega_lite_chart")]
-    assert len(charts) >= 4  # per day, rates, topics, reasons (and most cited)
-    never = next(d.value for d in at.dataframe if list(d.value.columns) == ["document", "doc id"])
-    assert len(never) >= 1  # the sample corpus has policies nobody asked about here
+    assert len(charts) >= 4  # per day, rates, topics, reasons
+
+    # The salary question is a refusal for access (hr's Salary Bands answers it), not a knowledge gap.
+    refused = next(d.value for d in at.dataframe if "answered by" in d.value.columns)
+    row = refused[refused["question"] == SALARY_Q]
+    assert len(row) >= 1 and set(row["user"]) == {"alice"}
+    assert all("Salary Bands" in a and "salary-bands.pdf" in a for a in row["answered by"])
+    assert SALARY_Q not in " ".join(topics["examples"]) + " ".join(topics["topic"])
+    assert store.count_traces() == stored  # asking again for the check stores nothing
+
+    # Two documents are titled "Travel Policy": told apart by file, the expired one marked, neither both cited
+    # and never cited.
+    cited = next(d.value for d in at.dataframe if "answers citing it" in d.value.columns)
+    never = next(d.value for d in at.dataframe if "doc id" in d.value.columns and "status" in d.value.columns)
+    travel = pd.concat([cited, never])
+    travel = travel[travel["title"] == "Travel Policy"]
+    assert sorted(travel["file"]) == ["travel-policy-2022.pdf", "travel-policy.pdf"]
+    assert set(travel[travel["file"] == "travel-policy-2022.pdf"]["status"]) == {"expired"}
+    assert set(travel[travel["file"] == "travel-policy.pdf"]["status"]) == {"in force"}
+    assert "travel-policy.pdf" in set(cited["file"]) and not set(cited["file"]) & set(never["file"])

@@ -1,9 +1,11 @@
 """Analytics (admins only): how the bot is used and where the policies leave people without an answer.
 
 Questions per day, abstention and failed-citation rates, feedback; the abstained and down-voted questions
-grouped by topic (their embeddings clustered, see ui/analytics.py) with counts and examples; the documents
-cited most and never; each table downloadable as CSV. Traces quote restricted documents, so only the admin
-group (``RAG_ADMIN_GROUP``) may open this page.
+grouped by topic (their embeddings clustered, see ui/analytics.py) with counts and examples; apart from them,
+the abstentions a restricted document would have answered (refused for access); the documents cited most and
+never, told apart by file and validity; each table downloadable as CSV. Traces quote restricted documents, so
+only the admin group (``RAG_ADMIN_GROUP``) may open this page. Questions are shown as text: tables, ``st.text``
+or escaped Markdown.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from rag.pipeline import PipelineOptions, Question
+from rag.types import Principal
 from ui import analytics, components, services
 from ui.feedback import REASONS
 
@@ -34,6 +38,7 @@ def _csv(frame: pd.DataFrame, label: str, name: str, key: str) -> None:
         mime="text/csv",
         key=key,
         icon=":material/download:",
+        on_click="ignore",  # a download needs no rerun (which would ask the refusal check again)
     )
 
 
@@ -93,16 +98,100 @@ def _feedback(store: Any, since: date | None, until: date | None) -> None:
     st.bar_chart(frame.set_index("reason"), horizontal=True, height=90 + 36 * len(frame))
 
 
-def _gaps(settings: Any, store: Any, since: date | None, until: date | None) -> None:
+MAX_ACCESS_CHECKS = 100  # abstentions asked again per view (cached per trace and index generation)
+
+
+@st.cache_data(show_spinner=False, max_entries=4096)
+def _needed(
+    gap: tuple[str, str, str, tuple[str, ...], str | None, tuple[str, ...]],
+    generation: str,
+    _documents: dict[str, Any],
+    _pipeline: Any,
+) -> tuple[str, ...]:
+    """``analytics.needed_documents`` for one abstained question (trace id, question, user, groups, as of,
+    tags), cached per question and index generation: each is asked again once."""
+    trace_id, question, user, groups, as_of, tags = gap
+
+    def ask(text: str, principal: Principal, day: date | None, tagged: frozenset[str]) -> dict[str, Any]:
+        result = _pipeline.ask(
+            Question(text, principal, as_of=day, tags=tagged), PipelineOptions(use_llm=False)
+        )
+        return dict(result.to_json())
+
+    row = {"trace_id": trace_id, "question": question, "user": user, "groups": list(groups), "as_of": as_of}
+    return analytics.needed_documents({**row, "tags": list(tags), "abstained": True}, _documents, ask)
+
+
+def _refused_for_access(
+    settings: Any, gaps: list[dict[str, Any]], documents: dict[str, Any]
+) -> tuple[dict[str, tuple[str, ...]], int]:
+    """trace id -> the restricted documents that answer it, for the abstained questions; and how many were
+    left unchecked (over ``MAX_ACCESS_CHECKS``, or the pipeline could not load)."""
+    abstained = [g for g in gaps if g.get("abstained")]
+    if not abstained or not documents:
+        return {}, 0
+    try:
+        pipeline = services.get_pipeline(settings)
+        generation = str(pipeline.reader.generation.name)
+    except Exception as exc:
+        services.show_error(exc)
+        return {}, len(abstained)
+    needed: dict[str, tuple[str, ...]] = {}
+    with st.spinner("Asking the unanswered questions again with every access group\u2026"):
+        for g in abstained[:MAX_ACCESS_CHECKS]:
+            key = (
+                str(g["trace_id"]),
+                str(g["question"]),
+                str(g.get("user") or ""),
+                tuple(str(x) for x in g.get("groups") or ()),
+                g.get("as_of"),
+                tuple(str(x) for x in g.get("tags") or ()),
+            )
+            needed[str(g["trace_id"])] = _needed(key, generation, documents, pipeline)
+    return {t: d for t, d in needed.items() if d}, max(0, len(abstained) - MAX_ACCESS_CHECKS)
+
+
+def _gaps(
+    settings: Any, gaps: list[dict[str, Any]], refused: dict[str, tuple[str, ...]], unchecked: int
+) -> None:
     st.subheader("Knowledge gaps: questions without a good answer, by topic", anchor=False)
     st.caption(
         "Questions the bot abstained on, or whose asker rated the answer down, grouped by meaning. A big topic "
-        "is a policy that is missing, unclear, or not indexed."
+        "is a policy that is missing, unclear, or not indexed. Questions only a document the asker may not "
+        "read answers are not gaps: they are counted apart, under Refused for access."
+        + (f" {unchecked} abstention(s) were not checked for that." if unchecked else "")
     )
-    gaps = store.gap_questions(since, until)
-    if not gaps:
-        st.success("No abstained or down-voted questions in this period.", icon=":material/check_circle:")
-        return
+    knowledge = [g for g in gaps if str(g["trace_id"]) not in refused]
+    if not knowledge:
+        st.success(
+            "No abstained or down-voted questions in this period, apart from refusals for access.",
+            icon=":material/check_circle:",
+        )
+    else:
+        _topics_section(settings, knowledge)
+    questions = pd.DataFrame(gaps)
+    if not questions.empty:
+        questions["kind"] = [
+            "refused for access" if str(t) in refused else ("abstained" if a else "rated down")
+            for t, a in zip(questions["trace_id"], questions["abstained"], strict=True)
+        ]
+        questions = questions[
+            [
+                "created_at",
+                "user",
+                "question",
+                "kind",
+                "abstained",
+                "feedback",
+                "feedback_reason",
+                "feedback_comment",
+                "trace_id",
+            ]
+        ]
+        _csv(questions, "Every such question (CSV)", "gap-questions.csv", "analytics_csv_questions")
+
+
+def _topics_section(settings: Any, gaps: list[dict[str, Any]]) -> None:
     rows = tuple(
         (g["trace_id"], g["question"], g["abstained"], g["feedback"], g["feedback_reason"]) for g in gaps
     )
@@ -112,64 +201,91 @@ def _gaps(settings: Any, store: Any, since: date | None, until: date | None) -> 
         services.show_error(exc)
         embedder = None
     topics = [] if embedder is None else _topics(rows, settings.embedding_model, embedder)
-    if topics:
-        frame = analytics.topics_frame(topics)
-        st.bar_chart(
-            frame.head(10).set_index("topic")[["abstained", "down-voted"]],
-            horizontal=True,
-            stack=True,
-            height=110 + 34 * min(10, len(frame)),
-        )
-        st.dataframe(frame, hide_index=True, key="analytics_topics")
-        for topic in topics[:8]:
-            with st.expander(f"{topic.count} \u00d7 {topic.label}"):
-                st.caption(
-                    f"{topic.abstained} abstained, {topic.down_votes} rated down"
-                    + (f" \u00b7 words: {', '.join(topic.terms)}" if topic.terms else "")
-                )
-                for example in topic.examples:
-                    st.markdown("- " + components.escape_md(example))
-        _csv(frame, "Topics (CSV)", "knowledge-gaps.csv", "analytics_csv_topics")
-    questions = pd.DataFrame(gaps)[
-        [
-            "created_at",
-            "user",
-            "question",
-            "abstained",
-            "feedback",
-            "feedback_reason",
-            "feedback_comment",
-            "trace_id",
-        ]
-    ]
-    _csv(questions, "Every such question (CSV)", "gap-questions.csv", "analytics_csv_questions")
+    if not topics:
+        return
+    frame = analytics.topics_frame(topics)
+    st.bar_chart(
+        frame.head(10).set_index("topic")[["abstained", "down-voted"]],
+        horizontal=True,
+        stack=True,
+        height=110 + 34 * min(10, len(frame)),
+    )
+    st.dataframe(frame, hide_index=True, key="analytics_topics")
+    for topic in topics[:8]:
+        with st.expander(f"{topic.count} \u00d7 {components.escape_md(topic.label)}"):
+            st.caption(
+                f"{topic.abstained} abstained, {topic.down_votes} rated down"
+                + (f" \u00b7 words: {components.escape_md(', '.join(topic.terms))}" if topic.terms else "")
+            )
+            for example in topic.examples:
+                st.text("\u2022 " + example)
+    _csv(frame, "Topics (CSV)", "knowledge-gaps.csv", "analytics_csv_topics")
 
 
-def _documents(settings: Any, store: Any, since: date | None, until: date | None) -> None:
+def _refusals(
+    gaps: list[dict[str, Any]], refused: dict[str, tuple[str, ...]], documents: dict[str, Any]
+) -> None:
+    st.subheader("Refused for access", anchor=False)
+    st.caption(
+        "Abstained questions that a document the asker may not read answers: asked again by the same user on "
+        "the same date with every access group added (no language model), the answer cites a restricted "
+        "document. A matter of access rights, not a missing policy."
+    )
+    frame = analytics.refusals_frame(gaps, refused, documents)
+    if frame.empty:
+        st.caption("None in this period.")
+        return
+    st.metric("Questions refused for access", len(frame))
+    st.dataframe(
+        frame,
+        hide_index=True,
+        key="analytics_refusals",
+        column_config={
+            "question": st.column_config.TextColumn(width=320),
+            "answered by": st.column_config.TextColumn(width=300),
+        },
+    )
+    _csv(frame, "Refused for access (CSV)", "refused-for-access.csv", "analytics_csv_refusals")
+
+
+def _documents(store: Any, since: date | None, until: date | None, indexed: dict[str, Any]) -> None:
     st.subheader("Documents: cited most, and never", anchor=False)
-    try:
-        indexed = services.get_reader(settings).documents()
-    except Exception as exc:
-        services.show_error(exc)
-        indexed = {}
+    st.caption(
+        "Each document by title, file and, when not in force today, its state: two versions of a policy share a "
+        "title, never a file."
+    )
     frame = analytics.documents_frame(indexed, store.cited_documents(since, until))
     if frame.empty:
         st.caption("No documents indexed yet.")
         return
-    left, right = st.columns([3, 2], gap="large")
-    with left:
-        st.markdown("**Most cited** (answers citing a passage of the document)")
-        top = frame[frame["answers citing it"] > 0].head(10)
-        if top.empty:
-            st.caption("No answer in this period cites a document.")
-        else:
-            st.bar_chart(
-                top.set_index("document")[["answers citing it"]], horizontal=True, height=90 + 34 * len(top)
-            )
-    with right:
-        never = frame[(frame["answers citing it"] == 0) & frame["indexed"]]
-        st.markdown(f"**Never cited in this period** ({len(never)})")
-        st.dataframe(never[["document", "doc id"]], hide_index=True, key="analytics_never_cited")
+    cited = frame[frame["answers citing it"] > 0].head(10)
+    st.markdown("**Most cited** (answers citing a passage of the document)")
+    if cited.empty:
+        st.caption("No answer in this period cites a document.")
+    else:
+        st.dataframe(
+            cited[["title", "status", "file", "valid", "answers citing it"]],
+            hide_index=True,
+            key="analytics_most_cited",
+            column_config={
+                "title": st.column_config.TextColumn(width=240),
+                "answers citing it": st.column_config.ProgressColumn(
+                    "answers citing it",
+                    format="%d",
+                    min_value=0,
+                    max_value=int(cited["answers citing it"].max()),
+                ),
+            },
+        )
+    never = frame[(frame["answers citing it"] == 0) & frame["indexed"]]
+    st.markdown(f"**Never cited in this period** ({len(never)})")
+    st.dataframe(
+        never[["title", "status", "file", "valid", "doc id"]],
+        hide_index=True,
+        key="analytics_never_cited",
+        height=min(36 * (len(never) + 1) + 2, 640),  # every row, up to ~17
+        column_config={"title": st.column_config.TextColumn(width=240)},
+    )
     _csv(frame, "Documents (CSV)", "documents.csv", "analytics_csv_documents")
 
 
@@ -186,9 +302,17 @@ def render() -> None:
         st.info("No questions in this period yet.", icon=":material/info:")
         return
     _per_day(days)
-    _gaps(settings, store, since, until)
+    try:
+        documents = services.get_reader(settings).documents()
+    except Exception as exc:
+        services.show_error(exc)
+        documents = {}
+    gaps = [dict(g) for g in store.gap_questions(since, until)]
+    refused, unchecked = _refused_for_access(settings, gaps, documents)
+    _gaps(settings, gaps, refused, unchecked)
+    _refusals(gaps, refused, documents)
     _feedback(store, since, until)
-    _documents(settings, store, since, until)
+    _documents(store, since, until, documents)
 
 
 with services.page_guard():

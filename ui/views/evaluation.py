@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from ui import services
+from ui import components, services
 
 RESULT = "eval_result"
 CELL_COLUMNS = [
@@ -87,8 +87,8 @@ def _show(evaluation: Any, result: Any) -> None:
     if result.comparisons:
         st.markdown("**Paired comparisons** (same questions and repeats)")
         st.dataframe(pd.DataFrame([c.to_json() for c in result.comparisons]), hide_index=True)
-    for warning in result.warnings[:8]:
-        st.warning(warning, icon=":material/info:")
+    for warning in result.warnings[:8]:  # may quote a question or a passage: text, not Markdown
+        st.warning(components.escape_md(str(warning)), icon=":material/info:")
     if len(result.warnings) > 8:
         st.caption(f"\u2026 and {len(result.warnings) - 8} more warning(s).")
 
