@@ -14,6 +14,7 @@ import io
 import json
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -134,6 +135,7 @@ def _choose(page, label: str, *parts: str) -> None:  # type: ignore[no-untyped-d
     """Pick the first option of the selectbox labelled ``label`` whose text holds every one of ``parts``."""
     box = page.get_by_test_id("stSelectbox").filter(has_text=label).first
     box.locator("input").click()
+    box.locator("input").fill(parts[-1])  # the list is virtual: filter it, so the option is drawn
     option = page.get_by_role("option")
     for part in parts:
         option = option.filter(has_text=part)
@@ -187,6 +189,30 @@ def _planted_document(folder: Path, host: _Host) -> Path:
     meta = {"title": title, "tags": ["facilities"]}
     (folder / "bicycle-parking.txt.meta.json").write_text(json.dumps(meta), encoding="utf-8")
     return folder
+
+
+def _refusal_conversation(store, trace_id: str, host: _Host) -> str:  # type: ignore[no-untyped-def]
+    """A stored conversation of olga's whose answer is a refusal that quotes planted text back wherever a
+    refusal can (the reason, an intent not addressed, the language model's error): a real trace, changed."""
+    trace = store.get_trace(trace_id)
+    question = f"How many unicorns may I keep at my desk? {plant(host, 'q')}"
+    reason = f'I can\'t answer this from the policies you have access to: I found no passage that answers "{question}".'
+    intent = {"index": 0, "text": question, "addressed": False, "coverage": 0.0, "sentence": ""}
+    trace.pop("created_at")  # stored as now: the newest answer
+    trace.update(
+        trace_id=uuid.uuid4().hex,
+        question=question,
+        answer=reason,
+        abstained=True,
+        abstain_reason=reason,
+        citations=[],
+        answer_check={"complete": False, "intents": [intent]},
+        error=f"LLM timed out near {plant(host, 'q')}",
+    )
+    session = store.create_session("olga", question[:60])
+    store.add_turn(session, "user", question)
+    store.add_turn(session, "assistant", reason, trace_id=store.save_trace(trace))
+    return session
 
 
 def _csv_of(page, button: str) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
@@ -310,6 +336,15 @@ def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
         page.locator(".rag-answer").first.wait_for(timeout=60_000)
         _settled(page)
         _assert_plain(page, outside, "a reopened conversation")
+        # a refusal quotes the question back: its reason, the parts not addressed, a model's error message
+        _refusal_conversation(store, store.list_traces(user="olga", limit=1)[0]["trace_id"], outside)
+        page.goto(url)
+        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=240_000)
+        _settled(page)
+        _choose(page, "Reopen a conversation", "unicorns")
+        _wait_text(page, "Why it abstained")
+        _settled(page)
+        _assert_plain(page, outside, "a reopened refusal")
 
         # Documents: the list and the planted document opened
         _go(page, url, "documents", "Open a document")
@@ -336,6 +371,9 @@ def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
         _wait_text(page, "Replay (", timeout=240_000)
         _settled(page)
         _assert_plain(page, outside, "trace replay")
+        _choose(page, "Open a trace", "olga", "unicorns")
+        _wait_text(page, "Abstained:")
+        _assert_plain(page, outside, "a refusal in the trace explorer")
 
         # Analytics: the gap topics opened (their labels and examples are tom's question)
         _go(page, url, "analytics", "Documents: cited most")

@@ -109,7 +109,8 @@ def render_answer(trace: dict[str, Any], principal: Principal, *, key: str) -> N
     components.show_failed_citations(trace)
     if trace.get("error"):
         st.warning(
-            f"The language model failed, so this answer quotes the policies directly: {trace['error']}",
+            "The language model failed, so this answer quotes the policies directly: "
+            + components.escape_md(str(trace["error"])),
             icon=":material/warning:",
         )
     cited_sources.render_cited_sources(trace, principal, key=key)
@@ -148,11 +149,12 @@ def render_assistant(message: dict[str, Any], index: int, show_how: bool = False
     if show_how:
         with st.container(border=True):
             if trace.get("abstained") and trace.get("abstain_reason"):
-                st.caption(f"Why it abstained: {trace['abstain_reason']}")
+                st.caption("Why it abstained: " + components.escape_md(str(trace["abstain_reason"])))
             check = trace.get("answer_check") or {}
             missed = [i["text"] for i in check.get("intents") or [] if not i.get("addressed")]
             if missed:
-                st.caption("Not addressed by the answer: " + "; ".join(f"\u201c{m}\u201d" for m in missed))
+                quoted = "; ".join(f"\u201c{m}\u201d" for m in missed)
+                st.caption("Not addressed by the answer: " + components.escape_md(quoted))
             components.render_chunk_order(trace, key=key)
             # token budgets and the trace id are for administrators
             if services.is_admin(principal, settings):
