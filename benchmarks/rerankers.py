@@ -194,7 +194,7 @@ def policy_sample(embedder: Any, work: Path) -> dict[str, Any]:
             continue
         as_of = date.fromisoformat(q["as_of"]) if q.get("as_of") else date.today()
         filt = SearchFilter(Principal(q["user"], frozenset(q.get("groups", ()))), as_of)
-        cands, _ = pipeline._retrieve([Intent(0, q["question"])], filt)
+        cands, _ = pipeline.search.retrieve([Intent(0, q["question"])], filt)
         needles = []
         for ev in q["evidence"]:
             needles.append(_collapse(ev["quote"]))

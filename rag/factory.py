@@ -3,8 +3,11 @@
 ``rag ask``, the UI, evaluation and the benchmarks all call :func:`build_pipeline`, so they answer with the same
 collaborators: the index reader these settings name (embedded generations, or the Qdrant server when
 ``RAG_QDRANT_URL`` is set), the embedder, the reranker fed with the generation's stored sentence vectors and
-passage tokens (``Pipeline`` wires those from the reader), the LLM client when one is configured, and the trace
-store when the caller wants traces saved.
+passage tokens (``Pipeline`` wires those from the reader), the LLM client when one is configured, the trace
+store when the caller wants traces saved, and the stages ``Pipeline.ask`` runs over them, in order
+(``rag.components.build_stages``, less the ones ``RAG_ABLATE`` removes; ``Pipeline`` calls it, as a Pipeline
+constructed directly in a test needs the same list, and this module, which imports the pipeline, cannot be
+imported by it).
 """
 
 from __future__ import annotations
