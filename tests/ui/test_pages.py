@@ -373,6 +373,19 @@ def test_documents_only_readable_with_hidden_count(
     assert {m.label: m.value for m in at.metric}["Hidden from you"] == "1"
 
 
+def test_documents_show_deployment_details_to_admins_only(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    at = open_app(monkeypatch, ui_data_dir, "alice")
+    goto(at, "documents")
+    assert not at.exception
+    assert "Index generation" not in {m.label for m in at.metric}
+    assert not any("embedding model" in c.value for c in at.caption)
+    at.selectbox(key="user_select").select("olga").run()
+    assert "Index generation" in {m.label for m in at.metric}
+    assert any("embedding model" in c.value for c in at.caption)
+
+
 def test_documents_show_last_ingestion_failures(
     monkeypatch: pytest.MonkeyPatch, data_dir_with_failures: Path
 ) -> None:

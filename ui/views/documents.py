@@ -18,7 +18,7 @@ import streamlit as st
 
 from rag.index import generation_dir
 from rag.types import DocumentMeta, Principal
-from ui import services, sources
+from ui import services, serving, sources
 
 
 def _meta(doc_id: str, doc: dict[str, Any]) -> DocumentMeta:
@@ -127,7 +127,13 @@ def _viewer(documents: dict[str, dict[str, Any]], visible: dict[str, Any], princ
         page = None
     if source.is_pdf and (source.pages or 0) > 1:
         page = st.number_input("Page", 1, int(source.pages or 1), int(page or 1), key=f"docs_page_{doc_id}")
-    sources.render_source(source, page=page, passage="", key=f"doc_{doc_id}")
+    sources.render_source(
+        source,
+        page=page,
+        passage="",
+        key=f"doc_{doc_id}",
+        open_link=lambda p: serving.open_url(source, principal, p),
+    )
 
 
 def render() -> None:
@@ -139,15 +145,17 @@ def render() -> None:
     documents = reader.documents()
     visible, hidden = split_readable(documents, principal)
     chunks = sum(len(d.get("chunk_ids") or []) for d in visible.values())
-    cols = st.columns(4)
+    admin = services.is_admin(principal, settings)
+    cols = st.columns(4 if admin else 3)
     cols[0].metric("Documents you may read", len(visible))
     cols[1].metric("Chunks", chunks)
     cols[2].metric("Hidden from you", hidden, help="Documents restricted to groups you are not in.")
-    cols[3].metric("Index generation", generation.name)
-    st.caption(
-        f"Published {str(generation.manifest.created_at)[:19].replace('T', ' ')} UTC \u00b7 embedding model "
-        f"`{generation.manifest.embedding_model}`"
-    )
+    if admin:  # deployment details are for whoever runs it, not for every employee
+        cols[3].metric("Index generation", generation.name)
+        st.caption(
+            f"Published {str(generation.manifest.created_at)[:19].replace('T', ' ')} UTC \u00b7 embedding model "
+            f"`{generation.manifest.embedding_model}`"
+        )
     if hidden:
         st.info(
             f"{hidden} more document(s) are indexed but restricted to groups you are not in.",
