@@ -411,47 +411,7 @@ def chart_data(frame: pd.DataFrame) -> pd.DataFrame:
     return data
 
 
-def render_chunk_order(trace: dict[str, Any], *, key: str, title: str = "Final chunk order") -> None:
-    """The final order as the model saw it: a table and a chart of rerank rank by position."""
-    frame = chunk_order_frame(trace)
-    st.markdown(f"**{title}** \u00b7 packing `{trace.get('packing', '?')}` \u00b7 {len(frame)} passage(s)")
-    if frame.empty:
-        st.caption(
-            "No evidence reached the prompt." + (" (the bot abstained)" if trace.get("abstained") else "")
-        )
-        return
-    st.dataframe(
-        frame,
-        hide_index=True,
-        key=f"order_{key}",
-        column_config={
-            "position": st.column_config.NumberColumn(
-                "pos", help="Position n in the prompt: [n] in the answer", width=40
-            ),
-            "rerank rank": st.column_config.NumberColumn(
-                "rerank", help="Rank after reranking (1 = best); None = added to complete a bundle", width=55
-            ),
-            "rerank score": st.column_config.NumberColumn("score", format="%.3f", width=55),
-            "lexical rank": st.column_config.NumberColumn(
-                "BM25", help="Rank in the lexical (BM25) list", width=50
-            ),
-            "dense rank": st.column_config.NumberColumn(
-                "dense", help="Rank in the dense (embedding) list", width=50
-            ),
-            "bundle": st.column_config.NumberColumn(
-                "bundle", help="Passages of one bundle travel together", width=55
-            ),
-            "page": st.column_config.NumberColumn("page", width=45),
-            "cited": st.column_config.CheckboxColumn("cited", width=50),
-        },
-    )
-    st.vega_lite_chart(chart_data(frame), chunk_order_chart_spec(frame), width="stretch", key=f"chart_{key}")
-    ranks = [None if pd.isna(r) else int(r) for r in frame["rerank rank"]]
-    if sum(r is not None for r in ranks) >= 3:
-        st.caption(_shape_note(ranks))
-
-
-def _shape_note(ranks: Sequence[int | None]) -> str:
+def shape_note(ranks: Sequence[int | None]) -> str:
     """Where the best-ranked passage sits; ``ranks`` by position (None = no rank of its own)."""
     ranked = [r for r in ranks if r is not None]
     best = min(ranked)

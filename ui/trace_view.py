@@ -216,7 +216,7 @@ def _rank_chart(trace: dict[str, Any], key: str) -> None:
     )
     ranks = [None if pd.isna(r) else int(r) for r in chart["rerank rank"]]
     if sum(r is not None for r in ranks) >= 3:
-        st.caption(components._shape_note(ranks))
+        st.caption(components.shape_note(ranks))
 
 
 def _header(trace: dict[str, Any]) -> None:

@@ -162,9 +162,9 @@ def test_chart_puts_the_best_rank_on_top() -> None:
     )
     data = components.chart_data(frame)
     json.dumps(data.to_dict(orient="records"), default=str)  # plain values Vega can take
-    assert "near an edge (position 1 of 4)" in components._shape_note([1, 3, None, 2])
-    assert "in the middle (position 3 of 5)" in components._shape_note([3, None, 1, 4, 2])
-    assert "near an edge (position 2 of 9)" in components._shape_note([4, 1, None, 3, None, 6, 5, 15, 2])
+    assert "near an edge (position 1 of 4)" in components.shape_note([1, 3, None, 2])
+    assert "in the middle (position 3 of 5)" in components.shape_note([3, None, 1, 4, 2])
+    assert "near an edge (position 2 of 9)" in components.shape_note([4, 1, None, 3, None, 6, 5, 15, 2])
 
 
 def test_candidates_say_what_became_of_each() -> None:

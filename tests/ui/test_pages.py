@@ -145,19 +145,21 @@ def test_chat_answer_with_citations_beside_the_final_chunk_order(
     assert_clean(at)
     order = frame(at, "position")
     assert list(order["position"]) == list(range(1, len(order) + 1))
+    # the same view of the order as the trace explorer's (ui/trace_view.py): the passage's text, where it is
+    # from, and the ranks and scores that put it there
     for column in (
+        "passage",
+        "source",
         "rerank rank",
         "rerank score",
-        "lexical rank",
+        "BM25 rank",
         "dense rank",
         "bundle",
-        "document",
-        "page",
-        "section",
         "cited",
     ):
         assert column in order.columns
     assert order["cited"].any()
+    assert all(order["passage"].str.len() > 0)
     charts = nodes(at, "vega_lite_chart")  # rerank rank by position, best rank at the top
     assert len(charts) == 1
     spec = charts[0].proto.spec

@@ -18,7 +18,7 @@ from rag.errors import StorageError
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
-from ui import cited_sources, components, first_screen, services, sources
+from ui import cited_sources, components, first_screen, services, sources, trace_view
 from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
@@ -33,20 +33,6 @@ LOADING = "Loading the models\u2026 the first answer after a restart takes about
 
 def _messages() -> list[dict[str, Any]]:
     return st.session_state.setdefault(MESSAGES, [])
-
-
-def _budget_caption(trace: dict[str, Any]) -> str:
-    b = trace.get("budgets") or {}
-    t = trace.get("timings_ms") or {}
-    parts = [
-        f"evidence {b.get('evidence_tokens', 0)}/{b.get('evidence_token_budget', '?')} tokens, "
-        f"k={b.get('evidence_k', '?')}",
-        f"history {b.get('history_tokens', 0)}/{b.get('history_token_budget', '?')} tokens",
-        f"{b.get('facts', 0)} remembered fact(s)",
-        f"{t.get('total', 0):.0f} ms",
-        f"trace `{trace.get('trace_id')}`",
-    ]
-    return " \u00b7 ".join(parts)
 
 
 def _plain_refusal(trace: dict[str, Any], contact: str) -> str:
@@ -155,10 +141,10 @@ def render_assistant(message: dict[str, Any], index: int, show_how: bool = False
             if missed:
                 quoted = "; ".join(f"\u201c{m}\u201d" for m in missed)
                 st.caption("Not addressed by the answer: " + components.escape_md(quoted))
-            components.render_chunk_order(trace, key=key)
+            trace_view.render_order(trace, key=key, chart=True)
             # token budgets and the trace id are for administrators
             if services.is_admin(principal, settings):
-                st.caption(_budget_caption(trace))
+                st.caption(trace_view.budget_sentence(trace))
 
 
 def _sidebar(store: Any, principal: Principal) -> None:
