@@ -109,7 +109,8 @@ class _Draft:
 def _drafts(group: list[_Piece], section: str, limit: int) -> list[_Draft]:
     """Count each chunk once. Piece counts add up to the chunk's count; should one ever not, split again."""
     text = _join(group)
-    tokens = count_tokens(text)
+    # one piece is its own text, already counted (half of all tokenizer calls on one-paragraph documents)
+    tokens = group[0].tokens if len(group) == 1 else count_tokens(text)
     if tokens <= limit or len(group) == 1:
         pages = [p for piece in group for p in (piece.page, piece.page_end) if p is not None]
         return [_Draft(text, section, min(pages, default=None), max(pages, default=None), tokens)]

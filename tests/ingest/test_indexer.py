@@ -125,13 +125,14 @@ def test_ingestion_writes_every_store_through_the_writer_protocol(
     )
     first = ingest([str(docs)], settings, embedder=embedder)
     gen1 = first.generation or ""
-    # two writers (the embedded Qdrant store, the BM25 files): each writes, then publishes after CURRENT moved
-    assert calls == [("write", gen1)] * 2 + [("publish", gen1)] * 2 + [("close", "")] * 2
+    # three writers (the dense matrix, the BM25 files, the Qdrant Edge shard): each writes, then publishes
+    # after CURRENT moved
+    assert calls == [("write", gen1)] * 3 + [("publish", gen1)] * 3 + [("close", "")] * 3
     calls.clear()
     ingest(
         [str(docs)], settings, embedder=embedder
     )  # nothing changed: nothing written, each store re-published
-    assert calls == [("is_stale", f"{gen1}:False")] * 2 + [("publish", gen1)] * 2 + [("close", "")] * 2
+    assert calls == [("is_stale", f"{gen1}:False")] * 3 + [("publish", gen1)] * 3 + [("close", "")] * 3
     reader = IndexReader(data)
     try:
         assert reader.lexical.search(bm25_tokens("gift cards"), EVERYONE, 3)

@@ -85,8 +85,20 @@ def test_export_is_made_once_and_reused(onnx: SentenceTransformerEmbedder, cache
     stamp = exported.stat().st_mtime_ns
     again = SentenceTransformerEmbedder(MODEL, cache_dir=cache)
     again.embed_queries(["warm"])
-    assert [p.name for p in cache.iterdir()] == [exported.name]  # no temporary file left behind either
+    # the export and the note that it was checked; no temporary file left behind
+    assert sorted(p.name for p in cache.iterdir()) == sorted([exported.name, f"{exported.stem}.checked.json"])
     assert exported.stat().st_mtime_ns == stamp
+
+
+def test_a_checked_export_loads_without_pytorch(onnx: SentenceTransformerEmbedder, cache: Path) -> None:
+    """A process that finds the checked export never loads the PyTorch model (5-6 s and ~400 MB), and embeds
+    exactly what the process that checked it does."""
+    onnx.embed_queries(["warm"])
+    again = SentenceTransformerEmbedder(MODEL, cache_dir=cache)
+    assert again.runtime == "onnx" and again.dim == onnx.dim and again._loaded is None
+    np.testing.assert_array_equal(again.embed_queries(TEXTS), onnx.embed_queries(TEXTS))
+    np.testing.assert_array_equal(again.embed_passages(TEXTS), onnx.embed_passages(TEXTS))
+    assert again._loaded is None
 
 
 def test_a_damaged_export_is_made_again(
