@@ -65,4 +65,4 @@ def build_stages(settings: Settings, models: Models, queries: QueryVectors) -> l
     return [stage for stage in stages if stage.name not in removed]
 
 
-__all__ = ["Models", "QueryVectors", "Scoring", "Search", "build_stages"]
+__all__ = ["REMOVES_STAGE", "Models", "QueryVectors", "Scoring", "Search", "build_stages"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rag.components.retrieval import QueryVectors
-from rag.request import Question, State
+from rag.request import State
 from rag.stages.followup import Standalone, standalone, standalone_with_llm
 from rag.stages.intents import split_intents
 from rag.types import Intent
@@ -22,13 +22,14 @@ class StandaloneQuestion:
 
     def run(self, state: State) -> State:
         with state.recorder.stage(self.name) as d:
-            rewrite = self.rewrite(state.question, state)
+            rewrite = self.rewrite(state)
             d.update(rewrite.to_json())
         question = replace(state.question, text=rewrite.question) if rewrite.rewritten else state.question
         return replace(state, standalone=rewrite, question=question)
 
-    def rewrite(self, question: Question, state: State) -> Standalone:
+    def rewrite(self, state: State) -> Standalone:
         """The standalone question a follow-up stands for; the question itself without a conversation."""
+        question = state.question
         if not question.history or not self.enabled:
             reason = "switched off (ablate=followup)" if question.history else "no earlier question"
             return Standalone(question.text, question.text, False, "none", None, reason)
