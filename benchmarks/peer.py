@@ -852,9 +852,9 @@ def select_split(
     ids: Callable[[str, str], frozenset[str]] | None = None,
 ) -> list[SuiteQuestion]:
     """The questions of ``suite`` in ``split`` (tune, test or all), by the fixed split on disk
-    (``rag.evaluation.splits.split_ids``), in file order. A question the split does not know is an error: the
+    (``evaluation.splits.split_ids``), in file order. A question the split does not know is an error: the
     split file is stale."""
-    from rag.evaluation.splits import split_ids
+    from evaluation.splits import split_ids
 
     lookup = ids or split_ids
     known = lookup(suite, "all")
@@ -862,7 +862,7 @@ def select_split(
     if unknown:
         raise SystemExit(
             f"{suite}: questions {', '.join(unknown[:5])} have no tune/test split; rebuild the splits with "
-            "`python -m rag.evaluation.splits --write` (and commit them)."
+            "`python -m evaluation.splits --write` (and commit them)."
         )
     chosen = lookup(suite, split)
     return [q for q in questions if q.qid in chosen]
@@ -939,7 +939,7 @@ def grade_evidence(
 
 def side_metrics(rows: Sequence[dict[str, Any]], sizes: Sequence[tuple[int, int, int]]) -> dict[str, Any]:
     """A system's figures over graded answers: ``rows`` from grade_evidence, ``sizes`` (passages, words, tokens)."""
-    from rag.evaluation.stats import wilson_interval
+    from evaluation.stats import wilson_interval
 
     k, n = sum(r["all_gold"] for r in rows), len(rows)
     low, high = wilson_interval(k, n)
@@ -962,7 +962,7 @@ def side_metrics(rows: Sequence[dict[str, Any]], sizes: Sequence[tuple[int, int,
 
 def paired_all_gold(ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Ours vs one peer configuration on the same questions: the all-gold ratio and the exact McNemar test."""
-    from rag.evaluation.stats import discordant_counts, mcnemar_exact
+    from evaluation.stats import discordant_counts, mcnemar_exact
 
     a, b = [r["all_gold"] for r in ours], [r["all_gold"] for r in theirs]
     only_ours, only_theirs = discordant_counts(a, b)

@@ -1,6 +1,7 @@
-"""Evaluation that ingests its datasets: ``rag eval`` (``evaluation.cli``) and the quality suites
-(``evaluation.suite``), which build each corpus with ingest/ and ask it through rag/.
+"""Quality measurement, one package: ``rag eval`` (``evaluation.cli``), the quality suites (``evaluation.suite``)
+and the data they read (``evaluation/suites/``: splits, follow-ups, near misses, claims, the LLM subset), graders,
+statistics, dataset loaders, position sweeps (``evaluation.position``) and the retrieval-quality benchmark.
 
-It sits beside ``benchmarks/``, above ``rag``, ``ingest`` and ``ui`` (.importlinter). What only reads (the sweep,
-graders, statistics, splits, dataset loaders) stays in ``rag.evaluation``, which the UI's Evaluation page uses.
+It builds each corpus with ingest/ and asks it through rag/; speed lives in ``benchmarks/``, above it
+(.importlinter). The running app reads a saved sweep through ``rag.sweeps``, never through this package.
 """

@@ -58,7 +58,7 @@ POLICY_NEGATIVES = 15
 
 
 def _norm(text: str) -> str:
-    from rag.evaluation.graders import norm  # the grader's normalisation (NFKC, lower case, words)
+    from evaluation.graders import norm  # the grader's normalisation (NFKC, lower case, words)
 
     return norm(text)
 
@@ -146,8 +146,8 @@ def scifact_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
 
 def _hotpot(shared: Path, split: str) -> Iterator[dict[str, Any]]:
     """The HotpotQA records of the suite's ``split`` (both dev files, as ``rag eval suite`` pools them)."""
+    from evaluation.splits import split_ids
     from evaluation.suite import Paths, hotpot_records
-    from rag.evaluation.splits import split_ids
 
     keep = split_ids("hotpotqa", split)
     return (r for r in hotpot_records(Paths(shared, Path("."))) if r["question_id"] in keep)
@@ -197,8 +197,8 @@ def traced_questions(
 
 def policy_groups(traces: Iterable[Path], shared: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
     """Groups from stored suite traces of the policy suites' ``split`` (``traced_questions``)."""
+    from evaluation.graders import covered, may_cover
     from rag.embedder import passage_text
-    from rag.evaluation.graders import covered, may_cover
 
     for suite, q, cands in traced_questions(traces, shared, split):
         quotes = list(q.quotes)
@@ -421,8 +421,8 @@ def eval_groups(
     * HotpotQA test-split questions: the record's ten paragraphs, ``gold`` the two supporting ones;
     * SciFact held-out queries (never trained on): the hybrid top 40 (BM25 + MiniLM, RRF) over all abstracts.
     """
+    from evaluation.graders import covered
     from rag.embedder import load_embedder, passage_text
-    from rag.evaluation.graders import covered
     from rag.rerank import DEFAULT_EMBEDDING_MODEL
     from rag.rerank_train import Retrieval, heldout, load_scifact
 
@@ -530,7 +530,7 @@ def report(
                     )
                 continue
             # the policy suites: every quote covered by the first `top` passages / the first ~`words` words
-            from rag.evaluation.graders import covered
+            from evaluation.graders import covered
 
             texts = r["texts"]
             first = [texts[i] for i in order[:top]]

@@ -14,11 +14,11 @@ For every question of the dev, gitlab and sample suites that has gold evidence q
   comparator or condition swapped: before/after, at least/at most, full-time/part-time, ... and pairs the
   checker has no rule for, such as monthly/annually or manager/director).
 
-Every pair carries its question's split (``rag.evaluation.splits.split_ids``): rules are tuned on ``tune``;
+Every pair carries its question's split (``evaluation.splits.split_ids``): rules are tuned on ``tune``;
 ``docs/llm.md`` reports ``test``.
 
-    python -m rag.evaluation.claimset --write              # rag/evaluation/suites/claims/claims.jsonl
-    python -m rag.evaluation.claimset --measure --split test [--no-embed]
+    python -m evaluation.claimset --write              # evaluation/suites/claims/claims.jsonl
+    python -m evaluation.claimset --measure --split test [--no-embed]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rag.evaluation.splits import split_ids
-from rag.evaluation.stats import wilson_interval
+from evaluation.splits import split_ids
+from evaluation.stats import wilson_interval
 from rag.lexicon import spell
 from rag.text import split_sentences
 from rag.types import Candidate, Chunk, Evidence
@@ -262,7 +262,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def default_sources(shared: Path) -> dict[str, Path]:
-    from rag.evaluation.datasets import default_questions_path
+    from evaluation.datasets import default_questions_path
 
     return {
         "dev": shared / "data/questions/dev.jsonl",
@@ -444,7 +444,7 @@ def load(path: Path = CLAIMS_PATH) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
     parser.add_argument("--write", action="store_true", help="rebuild the claim set from the question files")
     parser.add_argument("--measure", action="store_true")
     parser.add_argument("--split", choices=("tune", "test", "all"), default="tune")

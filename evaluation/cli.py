@@ -57,7 +57,7 @@ def _settings(data_dir: Path | None) -> Any:
 
 # ------------------------------------------------------------------------------------------------ position
 def sweep_tables(result: Any) -> list[Table]:
-    from rag.evaluation.position import length_json
+    from rag.sweeps import length_json
 
     cells = Table(
         title=f"Position sweep: {result.model or result.generator}, {result.n_questions} question(s)"
@@ -217,10 +217,9 @@ def position(
     ] = False,
 ) -> None:
     """Freeze retrieval, move the gold passage, and measure accuracy by position with confidence intervals."""
-    from rag.evaluation.generators import DEFAULT_CURVE
-    from rag.evaluation.plot import save_figure
-    from rag.evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep
-    from rag.evaluation.sweep_files import save_sweep
+    from evaluation.generators import DEFAULT_CURVE
+    from evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep
+    from rag.sweeps import save_figure, save_sweep
 
     settings = _settings(data_dir)
     if generator is None:
@@ -343,8 +342,8 @@ def qa(
     ] = False,
 ) -> None:
     """Run questions through the query path and report answer and evidence quality per question type."""
-    from rag.evaluation.datasets import default_questions_path, load_questions
-    from rag.evaluation.qa import run_qa
+    from evaluation.datasets import default_questions_path, load_questions
+    from evaluation.qa import run_qa
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions
 
@@ -440,8 +439,8 @@ def multihop(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: {meta, configs}.")] = False,
 ) -> None:
     """Pool the questions' paragraphs into one corpus, ingest it, and compare evidence with and without hops."""
+    from evaluation.multihop import load_multihop, run_multihop, write_corpus
     from ingest.indexer import ingest as run_ingest
-    from rag.evaluation.multihop import load_multihop, run_multihop, write_corpus
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions
 

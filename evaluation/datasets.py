@@ -126,7 +126,7 @@ def load_questions(path: Path, limit: int | None = None) -> list[EvalQuestion]:
 
 # The sample corpus's questions: a data file of ingest/sample/, installed beside rag/ (package data). Found by its
 # path, never by importing ingest (rag/ imports neither ingest/ nor ui/; .importlinter).
-SAMPLE_QUESTIONS = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "questions.jsonl"
+SAMPLE_QUESTIONS = Path(__file__).resolve().parents[1] / "ingest" / "sample" / "questions.jsonl"
 
 
 def default_questions_path() -> Path:
@@ -365,7 +365,7 @@ def paper_qa_sets(
     """Evidence sets from multi-document QA records. Records with their own distractors keep them, in order;
     oracle records (gold only, like nq-open-oracle) draw distractors from the other questions' gold passages,
     skipping any that contain one of this question's answers (a distractor must not answer the question)."""
-    from rag.evaluation.graders import paper_match
+    from evaluation.graders import paper_match
 
     pool = [(i, c) for i, r in enumerate(records) for c in r.ctxs if c.gold]
     out = []

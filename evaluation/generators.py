@@ -7,9 +7,6 @@ returns an ``Output``; grading happens in the sweep, never here.
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -18,11 +15,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rag.errors import ConfigurationError, GenerationError, RagError
+from rag.sweeps import compile_curve
 from rag.text import bm25_tokens, count_tokens
 from rag.types import Evidence, Prompt
 
 if TYPE_CHECKING:
-    from rag.evaluation.datasets import EvidenceSet, Variant
+    from evaluation.datasets import EvidenceSet, Variant
 
 GENERATORS = ("openai", "extractive", "simulated")
 DEFAULT_CURVE = "0.60 + 0.35 * (2*d - 1)**2"
@@ -60,98 +58,6 @@ class Generator(Protocol):
 @lru_cache(maxsize=4096)
 def _tokens(text: str) -> int:
     return count_tokens(text)
-
-
-# ------------------------------------------------------------------------------------------------ curve parsing
-_BINOPS: dict[type, Callable[[float, float], float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-    ast.Mod: operator.mod,
-}
-_UNARY: dict[type, Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCS: dict[str, Callable[..., float]] = {
-    "abs": abs,
-    "min": min,
-    "max": max,
-    "exp": math.exp,
-    "log": math.log,
-    "sqrt": math.sqrt,
-    "sin": math.sin,
-    "cos": math.cos,
-    "tanh": math.tanh,
-}
-_CONSTS = {"pi": math.pi, "e": math.e}
-
-
-def compile_curve(expr: str) -> Callable[[float], float]:
-    """A safe ``f(d)`` from an expression in ``d`` (depth, 0..1): numbers, + - * / ** %, unary minus,
-    abs/min/max/exp/log/sqrt/sin/cos/tanh, pi and e. Anything else (names, attributes, calls of other
-    functions) is refused. The result is clipped to [0, 1]: it is a probability."""
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ConfigurationError(
-            f"Curve {expr!r} is not an expression: {exc.msg}.", hint="e.g. --curve '0.6 + 0.35*(2*d-1)**2'"
-        ) from None
-
-    def check(node: ast.AST) -> None:
-        number = isinstance(node, ast.Constant) and type(node.value) in (int, float)
-        variable = isinstance(node, ast.Name) and (node.id == "d" or node.id in _CONSTS)
-        if isinstance(node, ast.Expression):
-            check(node.body)
-        elif number or variable:
-            return
-        elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            check(node.left)
-            check(node.right)
-        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            check(node.operand)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _FUNCS
-            and not node.keywords
-        ):
-            for arg in node.args:
-                check(arg)
-        else:
-            raise ConfigurationError(
-                f"Curve {expr!r} uses {type(node).__name__}, which is not allowed.",
-                hint="Use numbers, d, + - * / ** %, and abs/min/max/exp/log/sqrt/sin/cos/tanh.",
-            )
-
-    check(tree)
-
-    def ev(node: ast.AST, d: float) -> float:
-        if isinstance(node, ast.Expression):
-            return ev(node.body, d)
-        if isinstance(node, ast.Constant):
-            return float(node.value)  # type: ignore[arg-type]  # check() admitted only int and float
-        if isinstance(node, ast.Name):
-            return d if node.id == "d" else _CONSTS[node.id]
-        if isinstance(node, ast.BinOp):
-            left, right = ev(node.left, d), ev(node.right, d)
-            if isinstance(node.op, ast.Pow) and abs(right) > 64:
-                raise ConfigurationError(f"Curve {expr!r}: exponent {right} is too large.")
-            return _BINOPS[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp):
-            return _UNARY[type(node.op)](ev(node.operand, d))
-        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-        return float(_FUNCS[node.func.id](*[ev(a, d) for a in node.args]))
-
-    def curve(d: float) -> float:
-        try:
-            value = float(ev(tree, float(d)))
-        except (ZeroDivisionError, ValueError, OverflowError) as exc:
-            raise ConfigurationError(f"Curve {expr!r} fails at d={d}: {exc}.") from None
-        return min(1.0, max(0.0, value))
-
-    for probe in (0.0, 0.5, 1.0):  # fail at start-up, not in the middle of a sweep
-        curve(probe)
-    return curve
 
 
 # ------------------------------------------------------------------------------------------------ simulated
@@ -214,7 +120,7 @@ def _say(es: EvidenceSet, answer: str, n: int | None) -> str:
 
 
 def _wrong_answer(es: EvidenceSet, rng: random.Random) -> str:
-    from rag.evaluation.graders import normalised_match
+    from evaluation.graders import normalised_match
 
     options = [w for w in es.wrong_answers if not normalised_match(w, es.answers)]
     return rng.choice(options) if options else "It is 1,000 units"

@@ -2,10 +2,10 @@
 
     rag eval llm-subset --shared ../shared --work-dir W --out DIR        (RAG_LLM_BASE_URL must be set)
 
-Every question of ``rag/evaluation/suites/llm_subset.json`` (answerable TEST-split questions of the policy
+Every question of ``evaluation/suites/llm_subset.json`` (answerable TEST-split questions of the policy
 suites, dealt round-robin over question types: :func:`deal`) is asked once with the configured LLM through the
 pipeline ``rag ask`` uses, as its own asker, against the suite's corpus ingested under ``W``. For each answer the
-model's own text and the served answer are graded (``rag.evaluation.qa.grade_answer``), and two checks are read
+model's own text and the served answer are graded (``evaluation.qa.grade_answer``), and two checks are read
 from the same result on the **same model text**:
 
 - before, the citation check: the answer has at least one citation and every one is valid and supported (the
@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.datasets import EvalQuestion, load_questions
+from evaluation.splits import SPLITS_PATH
 from evaluation.suite import Paths, ingest_corpus, rate
 from rag.errors import ConfigurationError
-from rag.evaluation.datasets import EvalQuestion, load_questions
-from rag.evaluation.splits import SPLITS_PATH
 
 SUBSET_PATH = SPLITS_PATH.parent / "llm_subset.json"
 SUITES = ("dev", "gitlab", "sample")
@@ -69,7 +69,7 @@ def _stage(result: dict[str, Any], name: str) -> dict[str, Any]:
 
 def row(suite: str, q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     """One answer: both gradings, both checks, the claim verdicts and the times (``rag ask --json`` in)."""
-    from rag.evaluation.qa import grade_answer
+    from evaluation.qa import grade_answer
 
     # the claims stage's record: the model's first text, its claims' verdicts, any repair and fallback
     verification = {**(result.get("verification") or {}), **_stage(result, "claims")}

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.stats import wilson_interval
 from rag.errors import ConfigurationError
-from rag.evaluation.stats import wilson_interval
 
 EXCLUDED_STAGES = ("generate",)
 

@@ -7,7 +7,7 @@ strategy of ``rag.stages.packing.edge_pack`` applied to the question's ranked ev
 multi-source questions, and a control with the gold removed. Each cell reports accuracy with a Wilson interval,
 and paired tests say which differences are more than noise.
 
-The UI's Evaluation page uses ``run_sweep(config)``, ``rag.evaluation.sweep_files.load_sweep(dir)`` and ``rag.evaluation.plot.sweep_figure``.
+The UI's Evaluation page uses ``run_sweep(config)``, ``rag.sweeps.load_sweep(dir)`` and ``rag.sweeps.sweep_figure``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from rag.errors import ConfigurationError, RagError
-from rag.evaluation.datasets import (
+from evaluation.datasets import (
     EvalQuestion,
     EvidenceSet,
     Passage,
@@ -38,7 +37,7 @@ from rag.evaluation.datasets import (
     paper_qa_sets,
     save_frozen,
 )
-from rag.evaluation.generators import (
+from evaluation.generators import (
     DEFAULT_CURVE,
     EmbeddingScorer,
     Generator,
@@ -47,7 +46,7 @@ from rag.evaluation.generators import (
     lexical_scores,
     make_generator,
 )
-from rag.evaluation.graders import (
+from evaluation.graders import (
     GRADERS,
     covered,
     grade,
@@ -56,8 +55,10 @@ from rag.evaluation.graders import (
     may_cover,
     normalised_match,
 )
-from rag.evaluation.stats import PAIRED_TESTS, Comparison, compare_paired, wilson_interval
+from evaluation.stats import PAIRED_TESTS, compare_paired, wilson_interval
+from rag.errors import ConfigurationError, RagError
 from rag.stages.packing import STRATEGIES, edge_pack
+from rag.sweeps import Cell, Comparison, SweepResult
 from rag.text import count_tokens
 from rag.types import Bundle, Candidate, Chunk, Evidence, Prompt
 
@@ -186,10 +187,6 @@ def parse_length(label: str) -> tuple[str, int]:
 def normalise_length(label: str) -> str:
     unit, n = parse_length(label)
     return str(n) if unit == "passages" else f"{n}t"
-
-
-def length_json(label: str) -> int | str:
-    return int(label) if label.isdigit() else label
 
 
 # ------------------------------------------------------------------------------------------------ variants
@@ -569,119 +566,6 @@ def _passage(c: Chunk, gold: bool, rank: int | None, score: float | None, origin
         origin=origin,
         n_tokens=c.n_tokens or None,
     )
-
-
-# ------------------------------------------------------------------------------------------------ results
-@dataclass
-class Cell:
-    """Aggregated runs of one (length, variant) cell."""
-
-    label: str
-    kind: str
-    length: str
-    strategy: str
-    depth: float | None  # requested depth (depth cells) or mean realised depth of the first gold block
-    position: float | None  # mean 1-based position of the first gold passage
-    n: int
-    correct: int
-    accuracy: float
-    ci_low: float
-    ci_high: float
-    strict_correct: int
-    strict_accuracy: float
-    strict_ci_low: float
-    strict_ci_high: float
-    citation_n: int
-    citation_accuracy: float | None
-    abstention_rate: float
-    prompt_tokens: float
-    completion_tokens: float
-    latency_ms: float
-    cost: float  # mean per run
-    cost_total: float
-    errors: int
-    questions: int
-    realised_depth: float | None
-    # The true accuracy of the cell when the generator knows it (the simulated model): the mean over its runs
-    # of the probability of a right answer at the placement each run realised. None for a real model.
-    expected: float | None = None
-
-    @property
-    def name(self) -> str:
-        unit = "" if self.length.isdigit() else " tokens"
-        size = self.length[:-1] if unit else self.length
-        return f"L={size}{unit} {self.label}"
-
-    def to_json(self) -> dict[str, Any]:
-        def r(x: float | None, nd: int = 4) -> float | None:
-            return None if x is None else round(float(x), nd)
-
-        return {
-            "depth": r(self.depth),
-            "position": r(self.position, 2),
-            "length": length_json(self.length),
-            "strategy": self.strategy,
-            "n": self.n,
-            "accuracy": r(self.accuracy),
-            "ci_low": r(self.ci_low),
-            "ci_high": r(self.ci_high),
-            "strict_accuracy": r(self.strict_accuracy),
-            "citation_accuracy": r(self.citation_accuracy),
-            "abstention_rate": r(self.abstention_rate),
-            "prompt_tokens": r(self.prompt_tokens, 1),
-            "latency_ms": r(self.latency_ms, 3),
-            "cost": r(self.cost, 8),
-            # beyond the contract
-            "label": self.label,
-            "kind": self.kind,
-            "correct": self.correct,
-            "strict_correct": self.strict_correct,
-            "strict_ci_low": r(self.strict_ci_low),
-            "strict_ci_high": r(self.strict_ci_high),
-            "citation_n": self.citation_n,
-            "completion_tokens": r(self.completion_tokens, 1),
-            "cost_total": r(self.cost_total, 8),
-            "errors": self.errors,
-            "questions": self.questions,
-            "realised_depth": r(self.realised_depth),
-            "expected": r(self.expected),
-        }
-
-
-def cell_from_json(d: dict[str, Any]) -> Cell:
-    names = {f.name for f in fields(Cell)}
-    data = {k: v for k, v in d.items() if k in names}
-    data["length"] = str(d["length"])
-    return Cell(**data)
-
-
-@dataclass
-class SweepResult:
-    config: dict[str, Any]
-    cells: list[Cell]
-    comparisons: list[Comparison]
-    runs: list[dict[str, Any]]
-    warnings: list[str] = field(default_factory=list)
-    generator: str = ""
-    model: str = ""
-    n_questions: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cells": [c.to_json() for c in self.cells],
-            "comparisons": [c.to_json() for c in self.comparisons],
-            "generator": self.generator,
-            "model": self.model,
-            "questions": self.n_questions,
-            "warnings": self.warnings,
-            "config": self.config,
-        }
-
-    def cell(self, label: str, length: str | int | None = None) -> Cell:
-        for c in self.cells:
-            if c.label == label and (length is None or c.length == str(length)):
-                return c
-        raise KeyError(f"no cell {label!r} at length {length!r}")
 
 
 # ------------------------------------------------------------------------------------------------ the sweep

@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rag.errors import RagError
-from rag.evaluation.datasets import EvalQuestion
-from rag.evaluation.graders import (
+from evaluation.datasets import EvalQuestion
+from evaluation.graders import (
     best_gold_at_edge,
     content_recall,
     covered,
@@ -27,7 +26,8 @@ from rag.evaluation.graders import (
     normalised_match,
     strict_match,
 )
-from rag.evaluation.stats import wilson_interval
+from evaluation.stats import wilson_interval
+from rag.errors import RagError
 
 if TYPE_CHECKING:
     from rag.pipeline import Question

@@ -8,7 +8,7 @@ read with its heading (``heading: sentence``, as ``rag.stages.reading.ce_text`` 
 * ``nq``: NQ-Open (``lost-in-the-middle/nq-open-oracle.jsonl.gz``), the first ``--nq`` questions: the gold
   passage's sentences holding an answer string are positives, its other sentences negatives (same topic, no
   answer: the near miss a reader must refuse).
-* ``hotpot``: HotpotQA's tune split (``rag.evaluation.splits``): sentences of the supporting paragraphs holding
+* ``hotpot``: HotpotQA's tune split (``evaluation.splits``): sentences of the supporting paragraphs holding
   the answer span are positives; their other sentences and two sentences of each other paragraph negatives.
 
 No policy handbook is used, so every policy suite is held out from this model; the reader's linear layer over it
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rag.evaluation.graders import norm
+from evaluation.graders import norm
 from rag.stages.reading import ce_text
 from rag.text import split_sentences
 
@@ -53,7 +53,7 @@ def nq_groups(shared: Path, limit: int) -> Iterator[dict[str, Any]]:
 
 
 def hotpot_groups(shared: Path) -> Iterator[dict[str, Any]]:
-    from rag.evaluation.splits import split_ids
+    from evaluation.splits import split_ids
 
     keep = split_ids("hotpotqa", "tune")
     for name in ("dev-multihop.jsonl", "dev-mixed.jsonl"):

@@ -43,14 +43,14 @@ C = 1.0
 
 
 def _norm_words(text: str) -> list[str]:
-    from rag.evaluation.graders import norm
+    from evaluation.graders import norm
 
     return norm(text).split()
 
 
 def states(sentence: str, quote: str) -> bool:
     """The sentence holds the quote, or lies in it (at least half its words and five in order)."""
-    from rag.evaluation.graders import covered
+    from evaluation.graders import covered
 
     s, q = _norm_words(sentence), _norm_words(quote)
     if not s or not q:
@@ -132,10 +132,10 @@ def collect(
     shared: Path, work_dir: Path, corpora: Sequence[str], split: str = "tune", cross_encoder: Any = None
 ) -> list[dict]:
     """Every example group of ``corpora``'s ``split`` questions (policy suites and ``hotpotqa``)."""
+    from evaluation.qa import as_asked
+    from evaluation.splits import hotpot_kind, split_ids
     from evaluation.suite import Paths, hotpot_records, ingest_corpus, policy_questions
     from rag.config import load_settings
-    from rag.evaluation.qa import as_asked
-    from rag.evaluation.splits import hotpot_kind, split_ids
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions, Question
     from rag.types import Principal

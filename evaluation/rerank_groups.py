@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.datasets import EvalQuestion
+from evaluation.graders import covered, may_cover
+from evaluation.qa import as_asked
+from evaluation.splits import split_ids
 from evaluation.suite import Paths, hotpot_records, ingest_corpus, policy_questions
-from rag.evaluation.datasets import EvalQuestion
-from rag.evaluation.graders import covered, may_cover
-from rag.evaluation.qa import as_asked
-from rag.evaluation.splits import split_ids
 
 CORPORA = ("dev", "gitlab", "sample", "hotpotqa")
 
@@ -53,7 +53,7 @@ def corpus_groups(paths: Paths, corpus: str, split: str, log=print) -> list[dict
     out: list[dict[str, Any]] = []
     try:
         if corpus == "hotpotqa":
-            from rag.evaluation.multihop import paragraph_id
+            from evaluation.multihop import paragraph_id
 
             keep = split_ids("hotpotqa", split)
             for r in hotpot_records(paths):

@@ -24,7 +24,7 @@ search (and query embedding for the dense leg), both legs plus fusion for ``hybr
 query path's stages that produce the ranking (up to reranking, and the follow-up hops, which can add and move
 candidates; evidence selection, the extractive answer and the citation check run but are not counted).
 
-Metrics are BEIR's (pytrec_eval): see ``benchmarks/metrics.py``. ``reranker_training_split`` splits the
+Metrics are BEIR's (pytrec_eval definitions): ``rag.metrics``; qrels files load with ``load_qrels``. ``reranker_training_split`` splits the
 queries by ``rag.rerank_train.heldout``: the shipped reranker was trained on SciFact train-qrels queries of the
 "trained_on" half, so on SciFact train qrels only the "held_out" half is an unbiased figure for ``pipeline``.
 """
@@ -47,7 +47,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import load_qrels
 from rag.metrics import first_occurrences, ndcg_at, recall_at
 
 SYSTEMS = ("bm25", "dense", "hybrid", "pipeline")
@@ -60,6 +59,26 @@ class BeirQuery:
     qid: str
     text: str
     relevance: dict[str, int]
+
+
+def load_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """BEIR qrels TSV (``query-id<TAB>corpus-id<TAB>score``, header line optional): query -> doc -> grade."""
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            parts = line.rstrip("\n").split("\t")
+            if not line.strip():
+                continue
+            if len(parts) < 3:
+                raise ValueError(f"{path}: line {n + 1}: expected query-id, corpus-id, score")
+            try:
+                grade = int(float(parts[2]))
+            except ValueError:
+                if n == 0:  # the header
+                    continue
+                raise ValueError(f"{path}: line {n + 1}: score {parts[2]!r} is not a number") from None
+            qrels.setdefault(parts[0], {})[parts[1]] = grade
+    return qrels
 
 
 def load_queries(queries: Path, qrels: Path, limit: int | None = None) -> list[BeirQuery]:

@@ -1,11 +1,11 @@
-"""Fixed, seeded tune/test splits for every quality suite, written to disk (``rag/evaluation/suites/splits.json``).
+"""Fixed, seeded tune/test splits for every quality suite, written to disk (``evaluation/suites/splits.json``).
 
 Tuning reads only ``tune``; docs report ``test``. A split is stratified: within each stratum (question type for the
 policy sets, bridge/comparison for HotpotQA, corpus for the follow-up pairs) questions are ordered by a seeded hash
 of their id and dealt alternately, so both halves keep every type. SciFact keeps the reranker's own split
 (``rag.rerank_train.heldout``: features-v2 was trained on the other half), so its test half was never trained on.
 
-``python -m rag.evaluation.splits --write`` rebuilds the file from the question files; ``--check`` fails when
+``python -m evaluation.splits --write`` rebuilds the file from the question files; ``--check`` fails when
 the committed file differs from what the seed gives (new questions get a split only by an explicit rebuild).
 """
 
@@ -114,7 +114,7 @@ def build(sources: dict[str, list[Path]], scifact_qrels: Path | None = None) -> 
 def _load(path: Path = SPLITS_PATH) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigurationError(
-            f"No suite splits at {path}.", hint="Rebuild them: python -m rag.evaluation.splits --write."
+            f"No suite splits at {path}.", hint="Rebuild them: python -m evaluation.splits --write."
         )
     data: dict[str, Any] = json.loads(path.read_text())
     return data
@@ -136,7 +136,7 @@ def split_ids(suite: str, split: str) -> frozenset[str]:
 
 def default_sources(shared: Path) -> dict[str, list[Path]]:
     """Every question file the suites split (the near-miss unanswerables live beside the splits)."""
-    from rag.evaluation.datasets import default_questions_path
+    from evaluation.datasets import default_questions_path
 
     here = SPLITS_PATH.parent / "near_miss"
     sources = {
@@ -157,7 +157,7 @@ def default_sources(shared: Path) -> dict[str, list[Path]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")

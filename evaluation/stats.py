@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
+
+from rag.sweeps import Comparison
 
 PAIRED_TESTS = ("mcnemar", "midp", "bootstrap")
 
@@ -123,38 +124,6 @@ def runs_needed(p1: float, p2: float, *, alpha: float = 0.05, power: float = 0.8
     pbar = (p1 + p2) / 2
     num = z_a * math.sqrt(2 * pbar * (1 - pbar)) + z_b * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2))
     return int(math.ceil((num / (p1 - p2)) ** 2))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Paired comparison of two variants over the same (question, repeat) pairs."""
-
-    a: str
-    b: str
-    n_pairs: int
-    acc_a: float
-    acc_b: float
-    diff: float  # acc_a - acc_b
-    p_value: float
-    test: str
-    within_noise: bool
-    runs_needed: int | None  # runs per variant that would resolve the observed difference (80% power)
-    a_only: int  # pairs where only a was right
-    b_only: int
-    ci_low: float  # bootstrap interval of the difference
-    ci_high: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
-
-    @property
-    def message(self) -> str:
-        verdict = (
-            f"within noise (p = {self.p_value:.3g}); about {self.runs_needed} runs per variant would resolve it"
-            if self.within_noise and self.runs_needed
-            else ("within noise (no difference observed)" if self.within_noise else f"p = {self.p_value:.3g}")
-        )
-        return f"{self.a} vs {self.b}: {self.diff:+.1%} over {self.n_pairs} pairs, {verdict}"
 
 
 def compare_paired(

@@ -2,19 +2,19 @@
 
 Each corpus is ingested by the project's own ingestion into ``<work_dir>/<corpus>`` (incremental: an unchanged
 corpus is reused in milliseconds) and asked through one pipeline per corpus, corpus by corpus, so at most one
-index is open at a time. Suites, each on the tune or test half of its fixed split (``rag.evaluation.splits``):
+index is open at a time. Suites, each on the tune or test half of its fixed split (``evaluation.splits``):
 
 * ``dev``, ``gitlab``, ``sample`` (policy QA): the question file plus the near-miss unanswerables written for its
-  corpus (``rag/evaluation/suites/near_miss/``), through ``run_qa``. Figures as ``../shared/tools/grade_evidence.py``
+  corpus (``evaluation/suites/near_miss/``), through ``run_qa``. Figures as ``../shared/tools/grade_evidence.py``
   defines them (the same ``covered()``): all gold quotes in the final evidence, quotes covered, best gold at an
   edge, unanswerable abstained, false abstention (an answerable question declined), invalid citations, evidence
   tokens per answer, answer accuracy (answer strings, or the reference answer's key facts), latency without the
   generator.
 * ``scifact``: nDCG@10 and recall@100 of the query path's ranking on the train-qrels queries of the split
-  (``benchmarks.retrieval``'s definitions; the test half is the half the reranker never saw).
+  (``evaluation.retrieval``'s definitions; the test half is the half the reranker never saw).
 * ``hotpotqa``: ``dev-multihop.jsonl`` and ``dev-mixed.jsonl`` pooled into one corpus; both supporting paragraphs
   in the final evidence and the answer span in the answer, separately for bridge and comparison questions.
-* ``followup``: conversations of two turns (``rag/evaluation/suites/followups.jsonl``) over the policy corpora. The
+* ``followup``: conversations of two turns (``evaluation/suites/followups.jsonl``) over the policy corpora. The
   first question is asked, then the follow-up with the conversation as its history (the chat's
   ``rag.memory.select_history`` within the history budget), then the standalone question the follow-up stands for,
   alone. The follow-up and the standalone question are graded against the same gold: all gold in the evidence,
@@ -41,17 +41,17 @@ from typing import Any
 
 import numpy as np
 
-from rag.errors import ConfigurationError
-from rag.evaluation.datasets import (
+from evaluation.datasets import (
     EvalQuestion,
     default_questions_path,
     load_questions,
     question_from_dict,
     read_jsonl,
 )
-from rag.evaluation.graders import covered
-from rag.evaluation.splits import FOLLOWUPS_PATH, SPLITS_PATH, hotpot_kind, split_ids
-from rag.evaluation.stats import wilson_interval
+from evaluation.graders import covered
+from evaluation.splits import FOLLOWUPS_PATH, SPLITS_PATH, hotpot_kind, split_ids
+from evaluation.stats import wilson_interval
+from rag.errors import ConfigurationError
 
 POLICY_SUITES = ("dev", "gitlab", "moj", "hypha", "sample")
 SUITES = (*POLICY_SUITES, "followup", "scifact", "hotpotqa", "unanswerable")
@@ -153,7 +153,7 @@ def hotpot_records(paths: Paths) -> list[dict[str, Any]]:
 
 
 def scifact_queries(paths: Paths, split: str) -> list[Any]:
-    from benchmarks.retrieval import load_queries
+    from evaluation.retrieval import load_queries
 
     keep = split_ids("scifact", split)
     qs = load_queries(paths.data / "scifact/queries.jsonl", paths.data / "scifact/qrels/train.tsv")
@@ -249,8 +249,8 @@ def no_generator_ms(result: dict[str, Any]) -> float:
 
 def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     """The grader's per-question facts (``grade_evidence.py``), plus answer accuracy and cost."""
-    from rag.evaluation.graders import best_gold_at_edge
-    from rag.evaluation.qa import grade_answer
+    from evaluation.graders import best_gold_at_edge
+    from evaluation.qa import grade_answer
 
     evidence = sorted(result.get("evidence", []), key=lambda e: e.get("n", 0))
     texts = [e.get("text", "") for e in evidence]
@@ -379,7 +379,7 @@ def summarise_followups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ running
 def ask_all(pipeline: Any, questions: Sequence[EvalQuestion], options: Any) -> list[dict[str, Any]]:
     """``rag ask --json`` objects, one per question, asked as each record's user (default ``eval``)."""
-    from rag.evaluation.qa import run_qa
+    from evaluation.qa import run_qa
 
     return run_qa(questions, pipeline, options=options).results
 
@@ -401,7 +401,7 @@ def run_followups(
     """Each pair as the chat asks it: the first question, then the follow-up after it (the chat's history: the
     turns ``rag.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
     standalone question alone. One row per pair, each question graded by ``grade_policy``."""
-    from rag.evaluation.qa import as_asked, ask
+    from evaluation.qa import as_asked, ask
     from rag.memory import select_history
 
     rows = []
@@ -434,7 +434,7 @@ def run_followups(
 def run_hotpot(
     pipeline: Any, records: Sequence[dict[str, Any]], options: Any, sink: Sink | None = None
 ) -> dict[str, Any]:
-    from rag.evaluation.multihop import MultiHopQuestion, paragraph_id, run_multihop, summarise
+    from evaluation.multihop import MultiHopQuestion, paragraph_id, run_multihop, summarise
 
     kinds = {str(r["question_id"]): hotpot_kind(r) for r in records}
     qs = [
@@ -463,7 +463,7 @@ def run_hotpot(
 def run_scifact(
     data_dir: Path, queries: Sequence[Any], overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    from benchmarks.retrieval import run
+    from evaluation.retrieval import run
 
     result = run(data_dir, queries, per_query=True, overrides=overrides)
     rows = result["per_query"]["pipeline"]
@@ -484,7 +484,7 @@ def ingest_corpus(paths: Paths, corpus: str, log: Log) -> Path:
 
     data_dir = paths.work_dir / corpus
     if corpus == "hotpotqa":
-        from rag.evaluation.multihop import load_multihop, write_corpus
+        from evaluation.multihop import load_multihop, write_corpus
 
         records: dict[str, dict[str, str]] = {}
         for f in paths.hotpot_files():

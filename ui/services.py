@@ -8,8 +8,11 @@ never shows a traceback.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import queue
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +39,7 @@ if TYPE_CHECKING:  # the heavy modules load lazily, inside the cached constructo
     from rag.embedder import Embedder
     from rag.index import IndexReader
     from rag.pipeline import Pipeline, PipelineOptions, Question
+    from rag.sweeps import SweepResult
     from rag.tracestore.repository import TraceStore
 
 USERS_FILE = "users.json"
@@ -493,18 +497,55 @@ def index_error_or_none(settings: Settings) -> BaseException | None:
 
 
 # ----------------------------------------------------------------------------- evaluation
-EVALUATION_NOT_INSTALLED = (
-    "The evaluation module is not installed (rag.evaluation has no run_sweep / load_sweep / sweep_figure), "
-    "so position sweeps cannot be run or shown here yet."
+SWEEP_RUNNER_MISSING = (
+    "The evaluation package is not installed beside the app, so sweeps cannot be run here; "
+    "saved sweeps still load."
 )
 
 
-def evaluation_api() -> Any | None:
-    """The rag.evaluation module when it offers the sweep API (run_sweep, load_sweep, sweep_figure), else None."""
-    try:
-        import rag.evaluation as evaluation
-    except ImportError:
-        return None
-    if not all(hasattr(evaluation, name) for name in ("run_sweep", "load_sweep", "sweep_figure")):
-        return None
-    return evaluation
+def sweep_runner_available() -> bool:
+    """Whether ``python -m evaluation`` (which runs position sweeps) is installed beside the app."""
+    return importlib.util.find_spec("evaluation") is not None
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What the Evaluation page's form asks of ``rag eval position``."""
+
+    generator: str
+    retrieval: str
+    repeats: int
+    lengths: tuple[str, ...]
+    strategies: tuple[str, ...]
+    limit: int | None
+    control: bool
+    spacing: bool
+
+    def argv(self, data_dir: Path, out: Path) -> list[str]:
+        return [
+            *("--data-dir", str(data_dir), "--out", str(out)),
+            *("--generator", self.generator, "--retrieval", self.retrieval, "--repeats", str(self.repeats)),
+            *("--lengths", ",".join(self.lengths), "--strategies", ",".join(self.strategies)),
+            *(("--limit", str(self.limit)) if self.limit else ()),
+            "--control" if self.control else "--no-control",
+            "--spacing" if self.spacing else "--no-spacing",
+        ]
+
+
+def run_sweep(settings: Settings, request: SweepRequest, out: Path) -> SweepResult:
+    """Run ``rag eval position`` in a child process and read back the sweep it wrote to ``out``.
+
+    The sweep lives in ``evaluation/`` (it ingests nothing, but it grades, and ui/ imports only rag/): the page
+    starts the same command an admin would type, with the same ``RAG_*`` environment, and reads its files through
+    ``rag.sweeps``. The arguments are a list (no shell); the form offers only fixed choices and numbers."""
+    from rag.sweeps import load_sweep
+
+    command = [sys.executable, "-m", "evaluation", "position", *request.argv(Path(settings.data_dir), out)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        raise RagError(
+            f"The sweep failed (exit status {done.returncode}): {lines[-1] if lines else 'no message'}",
+            hint="Run the same sweep with `rag eval position` to see its full output.",
+        )
+    return load_sweep(out)

@@ -224,12 +224,12 @@ def test_split_selection_reads_the_fixed_split_and_refuses_unknown_ids() -> None
     qs = _questions()
     assert [q.qid for q in peer.select_split(qs, "toy", "test", ids)] == ["b", "d"]
     assert [q.qid for q in peer.select_split(qs, "toy", "all", ids)] == ["a", "b", "c", "d"]
-    with pytest.raises(SystemExit, match="rag.evaluation.splits --write"):
+    with pytest.raises(SystemExit, match="evaluation.splits --write"):
         peer.select_split([*qs, peer.suite_question({"id": "new", "question": "?"})], "toy", "test", ids)
 
 
 def test_the_committed_splits_cover_every_policy_suite() -> None:
-    from rag.evaluation.splits import split_ids
+    from evaluation.splits import split_ids
 
     for name in peer.policy_suites():
         test, tune = split_ids(name, "test"), split_ids(name, "tune")
@@ -302,7 +302,7 @@ def test_a_tiny_users_run_has_the_documented_json_shape(tmp_path: Path) -> None:
     suite = peer.PolicySuite("toy", questions, (docs,))
     ids = {"t1": "test", "t2": "test", "t3": "tune"}
 
-    import rag.evaluation.splits as splits
+    import evaluation.splits as splits
 
     def fake_ids(name: str, split: str) -> frozenset[str]:
         return frozenset(q for q, s in ids.items() if split in ("all", s))

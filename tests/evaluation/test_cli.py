@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evaluation.cli import eval_app
-from rag.evaluation.datasets import save_frozen, synthetic_sets
+from evaluation.datasets import save_frozen, synthetic_sets
 
 runner = CliRunner()
 

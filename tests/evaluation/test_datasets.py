@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.errors import ConfigurationError
-from rag.evaluation.datasets import (
+from evaluation.datasets import (
     default_questions_path,
     detect_format,
     kv_sets,
@@ -23,7 +22,8 @@ from rag.evaluation.datasets import (
     save_frozen,
     synthetic_sets,
 )
-from rag.evaluation.graders import normalised_match, paper_match
+from evaluation.graders import normalised_match, paper_match
+from rag.errors import ConfigurationError
 
 QA_RECORDS = [
     {

@@ -13,8 +13,8 @@ import pytest
 
 from evaluation import suite as suite_mod
 from evaluation.cli import suite_tables
-from rag.evaluation.graders import covered
-from rag.evaluation.splits import FOLLOWUPS_PATH, split_ids
+from evaluation.graders import covered
+from evaluation.splits import FOLLOWUPS_PATH, split_ids
 
 FIELDS = {"id", "corpus", "first", "followup", "standalone", "answer", "evidence", "first_evidence", "notes"}
 

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rag.evaluation.datasets import question_from_dict
-from rag.evaluation.generators import EmbeddingScorer
-from rag.evaluation.graders import normalised_match
-from rag.evaluation.position import SweepConfig, freeze_from_index, run_sweep
+from evaluation.datasets import question_from_dict
+from evaluation.generators import EmbeddingScorer
+from evaluation.graders import normalised_match
+from evaluation.position import SweepConfig, freeze_from_index, run_sweep
 from rag.text import bm25_tokens
 from tests.stages.factories import make_chunk
 
@@ -173,8 +173,8 @@ def test_embedding_scorer_caches_sentence_vectors() -> None:
 
 @pytest.mark.slow
 def test_freeze_against_the_ingested_sample_corpus(sample_data_dir: Path) -> None:
+    from evaluation.datasets import default_questions_path, load_questions
     from rag.config import load_settings
-    from rag.evaluation.datasets import default_questions_path, load_questions
 
     settings = load_settings(data_dir=sample_data_dir)
     qs = [q for q in load_questions(default_questions_path()) if not q.expects_abstention]

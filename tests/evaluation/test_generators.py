@@ -6,9 +6,8 @@ from collections import Counter
 
 import pytest
 
-from rag.errors import ConfigurationError, GenerationError
-from rag.evaluation.datasets import synthetic_sets
-from rag.evaluation.generators import (
+from evaluation.datasets import synthetic_sets
+from evaluation.generators import (
     SIMULATED_ABSTENTION,
     ExtractiveGenerator,
     LLMGenerator,
@@ -18,7 +17,8 @@ from rag.evaluation.generators import (
     lexical_scores,
     make_generator,
 )
-from rag.evaluation.position import SweepConfig, build_variants, render, run_sweep
+from evaluation.position import SweepConfig, build_variants, render, run_sweep
+from rag.errors import ConfigurationError, GenerationError
 from rag.types import Generated, Prompt
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.evaluation.graders import (
+from evaluation.graders import (
     best_gold_at_edge,
     content_recall,
     covered,

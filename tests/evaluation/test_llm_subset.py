@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from evaluation.datasets import default_questions_path, load_questions
 from evaluation.llm_subset import SUBSET_PATH, deal, row, subset, summarise
+from evaluation.qa import run_qa
+from evaluation.splits import split_ids
 from evaluation.suite import Paths
 from rag.config import load_settings
-from rag.evaluation.datasets import default_questions_path, load_questions
-from rag.evaluation.qa import run_qa
-from rag.evaluation.splits import split_ids
 from rag.llm import LLMClient
 from rag.pipeline import Pipeline, PipelineOptions
 from tests.llm.fake_openai import FakeOpenAI, Reply

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evaluation.cli import eval_app
+from evaluation.multihop import answer_present, grade, load_multihop, paragraph_id, summarise
 from rag.errors import ConfigurationError
-from rag.evaluation.multihop import answer_present, grade, load_multihop, paragraph_id, summarise
 
 PARAGRAPHS = {
     "Ferdi Taygan": "Ferdi Taygan (born December 5, 1956) is an American former professional tennis player.",

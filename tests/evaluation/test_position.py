@@ -12,11 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag.errors import ConfigurationError
-from rag.evaluation.datasets import EvidenceSet, Passage, synthetic_sets
-from rag.evaluation.generators import Output, SimulatedGenerator, Trial, compile_curve
-from rag.evaluation.plot import sweep_figure
-from rag.evaluation.position import (
+from evaluation.datasets import EvidenceSet, Passage, synthetic_sets
+from evaluation.generators import Output, SimulatedGenerator, Trial
+from evaluation.position import (
     SweepConfig,
     build_variants,
     depth_to_start,
@@ -28,8 +26,9 @@ from rag.evaluation.position import (
     run_sweep,
     spacing_positions,
 )
-from rag.evaluation.sweep_files import load_sweep, save_sweep
+from rag.errors import ConfigurationError
 from rag.stages.packing import STRATEGIES
+from rag.sweeps import compile_curve, load_sweep, save_sweep, sweep_figure
 
 CURVE = "0.60 + 0.35 * (2*d - 1)**2"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rag.evaluation.datasets import question_from_dict
-from rag.evaluation.qa import grade_answer, grade_question, rate, run_qa, summarise
+from evaluation.datasets import question_from_dict
+from evaluation.qa import grade_answer, grade_question, rate, run_qa, summarise
 
 RULE = "Customers may return items within 45 days of delivery for a full refund."
 EXCEPTION = "Gift cards are not refundable, except where required by law."

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
-from rag.evaluation.stats import (
+from evaluation.stats import (
     compare_paired,
     discordant_counts,
     mcnemar_exact,

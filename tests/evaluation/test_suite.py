@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evaluation import splits as splits_mod
 from evaluation import suite as suite_mod
 from evaluation.cli import eval_app
-from rag.evaluation import splits as splits_mod
-from rag.evaluation.datasets import default_questions_path, load_questions
-from rag.evaluation.splits import hotpot_kind, split_ids, stratified
+from evaluation.datasets import default_questions_path, load_questions
+from evaluation.splits import hotpot_kind, split_ids, stratified
 
 runner = CliRunner()
 SHARED = Path(__file__).resolve().parents[3] / "shared"

@@ -1,5 +1,8 @@
 """Evaluation: run or load a position sweep (accuracy by where the needed passage sits) and plot it.
 
+A sweep is read through ``rag.sweeps`` (its files and plot); running one starts ``rag eval position`` (the
+``evaluation`` package) in a child process that writes those files, so the page imports nothing but rag/.
+
 The page shows aggregates only (accuracy, intervals, tokens, comparisons), never the passages of a sweep: a
 sweep's evidence sets are frozen for each question's own user, who may read more than the viewer.
 
@@ -12,11 +15,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
+from rag.errors import RagError
+from rag.sweeps import SweepResult, load_sweep, sweep_figure
 from ui import components, services
 
 RESULT = "eval_result"
@@ -59,13 +65,13 @@ def sweep_dirs(data_dir: Path, extra_roots: list[Path] | None = None) -> list[Pa
     return sorted(unique, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def _show(evaluation: Any, result: Any) -> None:
+def _show(result: SweepResult) -> None:
     st.caption(
         f"generator `{result.generator}`"
         + (f" \u00b7 model `{result.model}`" if result.model else "")
         + f" \u00b7 {result.n_questions} question(s) \u00b7 {len(result.runs) or 'saved'} run(s)"
     )
-    st.pyplot(evaluation.sweep_figure(result), clear_figure=False)
+    st.pyplot(sweep_figure(result), clear_figure=False)
     cells = pd.DataFrame([c.to_json() for c in result.cells])
     st.markdown("**Cells** (accuracy with its confidence interval, per length and variant)")
     st.dataframe(
@@ -93,7 +99,7 @@ def _show(evaluation: Any, result: Any) -> None:
         st.caption(f"\u2026 and {len(result.warnings) - 8} more warning(s).")
 
 
-def _run_form(evaluation: Any, settings: Any) -> Any | None:
+def _run_form(settings: Any) -> SweepResult | None:
     from rag.stages.packing import STRATEGIES
 
     generators = ["simulated", "extractive"] + (["openai"] if settings.llm_configured else [])
@@ -127,8 +133,7 @@ def _run_form(evaluation: Any, settings: Any) -> Any | None:
         submitted = st.form_submit_button("Run sweep", icon=":material/play_arrow:")
     if not submitted:
         return None
-    config = evaluation.SweepConfig(
-        data_dir=Path(settings.data_dir),
+    request = services.SweepRequest(
         generator=generator,
         retrieval=retrieval,
         repeats=int(repeats),
@@ -138,14 +143,16 @@ def _run_form(evaluation: Any, settings: Any) -> Any | None:
         control=control,
         spacing=spacing,
     )
-    pipeline = (
-        services.get_pipeline(settings) if retrieval == "pipeline" or generator == "extractive" else None
-    )
-    with st.spinner("Running the sweep\u2026"):
-        result = evaluation.run_sweep(config, settings=settings, pipeline=pipeline)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    with TemporaryDirectory(prefix="sweep-") as scratch:
+        out = Path(settings.data_dir) / "sweeps" / stamp if save else Path(scratch) / stamp
+        try:
+            with st.spinner("Running the sweep\u2026"):
+                result = services.run_sweep(settings, request, out)
+        except RagError as exc:  # its last line may quote a question: text, not Markdown
+            st.error(components.escape_md(exc.user_message()), icon=":material/error:")
+            return None
     if save:
-        out = Path(settings.data_dir) / "sweeps" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        evaluation.save_sweep(result, out)
         st.success(f"Saved to `{out}`", icon=":material/save:")
     return result
 
@@ -158,10 +165,6 @@ def render() -> None:
         "Position sweeps freeze retrieval and move only the needed passage (start, middle, end): accuracy that "
         "dips in the middle is the lost-in-the-middle effect that edge packing works around."
     )
-    evaluation = services.evaluation_api()
-    if evaluation is None:
-        st.warning(services.EVALUATION_NOT_INSTALLED, icon=":material/extension_off:")
-        return
     load_tab, run_tab = st.tabs(["Load a saved sweep", "Run a sweep"])
     with load_tab:
         roots = sweep_roots(settings)
@@ -184,16 +187,20 @@ def render() -> None:
         load = st.button("Load", key="eval_load", icon=":material/folder_open:", disabled=not chosen)
         if load and chosen in options:
             try:
-                st.session_state[RESULT] = evaluation.load_sweep(Path(chosen))
+                st.session_state[RESULT] = load_sweep(Path(chosen))
             except Exception as exc:  # a half-written or foreign sweep.json: say so, keep the page
                 services.show_error(exc)
     with run_tab, services.page_guard():  # a failed run is a message in its tab; the rest still renders
-        result = _run_form(evaluation, settings)
+        if not services.sweep_runner_available():
+            st.warning(services.SWEEP_RUNNER_MISSING, icon=":material/extension_off:")
+            result = None
+        else:
+            result = _run_form(settings)
         if result is not None:
             st.session_state[RESULT] = result
     if st.session_state.get(RESULT) is not None:
         st.divider()
-        _show(evaluation, st.session_state[RESULT])
+        _show(st.session_state[RESULT])
 
 
 with services.page_guard():
