@@ -136,7 +136,7 @@ def worker_main(url: str, worker: int, writes: int, barrier: Any, results: Any) 
     rng = random.Random(worker)
     traces = [make_trace(worker, i, rng) for i in range(writes)]
     store = TraceStore(url)
-    store.list_traces(limit=1)  # connect and check the schema before the clock starts
+    store.traces.list(limit=1)  # connect and check the schema before the clock starts
     latencies: list[float] = []
     errors: list[str] = []
     barrier.wait()
@@ -144,7 +144,7 @@ def worker_main(url: str, worker: int, writes: int, barrier: Any, results: Any) 
     for trace in traces:
         t0 = time.perf_counter()
         try:
-            store.save_trace(trace)
+            store.traces.save(trace)
         except Exception as exc:  # counted and reported, not raised: the run must finish
             errors.append(f"{type(exc).__name__}: {exc}"[:300])
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -152,7 +152,7 @@ def worker_main(url: str, worker: int, writes: int, barrier: Any, results: Any) 
     # One trace per worker read back, to check what was stored is what was written.
     sample = json.loads(json.dumps(traces[len(traces) // 2]))
     try:
-        verified = store.get_trace(sample["trace_id"]) == sample
+        verified = store.traces.get(sample["trace_id"]) == sample
     except Exception:
         verified = False
     store.close()
@@ -197,7 +197,7 @@ def run(backend: str, url: str, processes: int, writes: int) -> dict[str, Any]:
     errors = [e for r in reports for e in r["errors"]]
     wall = max(r["finished"] for r in reports) - min(r["started"] for r in reports)
     with TraceStore(url) as store:
-        written = store.count_traces()
+        written = store.traces.count()
     attempted = processes * writes
     return {
         "backend": backend,

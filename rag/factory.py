@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rag.index import IndexReader
     from rag.pipeline import Pipeline
     from rag.protocols import LLM, TraceSink
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
 
 def build_pipeline(
@@ -51,8 +51,8 @@ def open_trace_store(settings: Settings) -> TraceStore:
     """The trace store, ready to write. The embedded SQLite store creates and migrates itself on first use
     (under the migration lock); PostgreSQL must have been migrated with ``rag db upgrade`` (a StorageError
     says so otherwise)."""
+    from rag.tracestore import TraceStore
     from rag.tracestore.db import ensure_embedded_schema
-    from rag.tracestore.repository import TraceStore
 
     ensure_embedded_schema(settings.sqlalchemy_url)
     store = TraceStore.from_settings(settings)

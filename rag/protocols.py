@@ -35,7 +35,7 @@ LLM = ChatModel
 
 
 class TraceSink(Protocol):
-    """Where ``Pipeline.ask`` saves each answer's trace (``rag.tracestore.repository.TraceStore``)."""
+    """Where ``Pipeline.ask`` saves each answer's trace (``rag.tracestore.TraceStore``)."""
 
     def save_trace(self, trace: Mapping[str, Any]) -> object:
         """Store one ``Result.to_json()`` record; what it returns (the trace id) the pipeline does not use."""

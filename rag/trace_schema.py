@@ -2,8 +2,8 @@
 --json`` prints back and the UI's trace explorer reads.
 
 ``Result.to_json()`` (rag/pipeline.py) builds a :class:`Trace` and dumps it; the trace store derives which keys
-it stores in which columns from these models (rag/tracestore/repository.py); readers of stored traces
-(``TraceStore.read_trace``: ``rag traces show``, the UI's trace explorer) go through :func:`parse_trace`, so a
+it stores in which columns from these models (rag/tracestore/codec.py); readers of stored traces
+(``TraceStore.traces.read``: ``rag traces show``, the UI's trace explorer) go through :func:`parse_trace`, so a
 trace that does not match is a :class:`TraceSchemaError` naming where, not a KeyError three calls later.
 ``docs/schema/trace.schema.json`` is generated from :class:`Trace`:
 

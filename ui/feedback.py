@@ -63,7 +63,7 @@ def feedback_widget(
     thumbs, reason_key, comment_key, saved_key = (f"{base}_thumbs", f"{base}_reason", f"{base}_comment", base)
     if saved_key not in st.session_state:
         try:
-            stored = store.get_feedback(trace_id)
+            stored = store.feedback.get(trace_id)
         except RagError as exc:
             services.show_error(exc)
             return None
@@ -101,10 +101,10 @@ def feedback_widget(
         return None if rating is None else {"rating": rating, "reason": reason, "comment": comment}
     try:
         if rating is None:
-            store.clear_feedback(trace_id, principal.user)
+            store.feedback.clear(trace_id, principal.user)
             saved = None
         else:
-            saved = store.set_feedback(trace_id, principal.user, rating, reason=reason, comment=comment)
+            saved = store.feedback.set(trace_id, principal.user, rating, reason=reason, comment=comment)
     except RagError as exc:
         services.show_error(exc)
         return None

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the heavy modules load lazily, inside the cached constructo
     from rag.index import IndexReader
     from rag.pipeline import Pipeline, PipelineOptions, Question
     from rag.sweeps import SweepResult
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
 USERS_FILE = "users.json"
 # Demo mode only (RAG_AUTH=demo): the demo users of the sample corpus and their groups.
@@ -358,7 +358,7 @@ def _pipeline(settings_json: str, generation: str | None) -> Pipeline:
 
 @st.cache_resource(show_spinner=False)
 def _trace_store(url: str, settings_json: str) -> TraceStore:
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
     store = TraceStore.from_settings(Settings.model_validate_json(settings_json))
     check_ready(store)  # an unmigrated database raises here, before the store is cached
@@ -371,7 +371,7 @@ def check_ready(store: Any) -> None:
     if ready is not None:
         ready()
     else:  # any read checks the schema first
-        store.list_sessions("\x00ready-probe", limit=1)
+        store.sessions.list("\x00ready-probe", limit=1)
 
 
 def _key(settings: Settings) -> str:

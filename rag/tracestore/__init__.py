@@ -1,13 +1,15 @@
-"""The trace store: every answer's trace, chat sessions and conversation memory, in SQLite or PostgreSQL.
+"""The trace store: every answer's trace, its feedback, chat sessions and conversation memory, in SQLite or
+PostgreSQL.
 
-store = TraceStore.from_settings(settings)   # schema made by `rag db upgrade`, never implicitly
-trace_id = store.save_trace(trace)           # the `rag ask --json` dict
-assert store.get_trace(trace_id) == trace
-typed = store.read_trace(trace_id)           # a rag.trace_schema.Trace, or TraceSchemaError
+store = TraceStore.from_settings(settings)     # schema made by `rag db upgrade`, never implicitly
+trace_id = store.traces.save(trace)            # the `rag ask --json` dict
+assert store.traces.get(trace_id) == trace
+typed = store.traces.read(trace_id)            # a rag.trace_schema.Trace, or TraceSchemaError
+rows = store.traces.list(TraceFilter(user="alice", abstained=True), limit=20)
 """
 
 from rag.tracestore.db import current_revision, downgrade, upgrade
-from rag.tracestore.repository import (
+from rag.tracestore.errors import (
     DatabaseNotInitialised,
     FeedbackNotAllowed,
     InvalidFeedback,
@@ -15,8 +17,9 @@ from rag.tracestore.repository import (
     SchemaOutOfDate,
     SessionNotFound,
     TraceNotFound,
-    TraceStore,
 )
+from rag.tracestore.filters import TraceFilter
+from rag.tracestore.store import TraceStore
 
 __all__ = [
     "DatabaseNotInitialised",
@@ -25,6 +28,7 @@ __all__ = [
     "InvalidTrace",
     "SchemaOutOfDate",
     "SessionNotFound",
+    "TraceFilter",
     "TraceNotFound",
     "TraceStore",
     "current_revision",

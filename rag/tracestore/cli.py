@@ -24,7 +24,9 @@ from rag import trace_schema as ts
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 from rag.tracestore import db
-from rag.tracestore.repository import TraceNotFound, TraceStore
+from rag.tracestore.errors import TraceNotFound
+from rag.tracestore.filters import TraceFilter
+from rag.tracestore.store import TraceStore
 
 db_app = typer.Typer(help="Create and migrate the trace database.", no_args_is_help=True)
 traces_app = typer.Typer(help="List, show, export and import stored answer traces.", no_args_is_help=True)
@@ -149,15 +151,17 @@ def traces_list(
     """Recent answers, newest first."""
     start, end = _parse_when(since), _parse_when(until)
     with _user_errors(), _store(data_dir) as store:
-        rows = store.list_traces(
-            user=user,
-            since=start,
-            until=end,
-            abstained=abstained,
-            failed_citations=True if failed_citations else None,
-            doc_id=doc,
+        rows = store.traces.list(
+            TraceFilter(
+                user=user,
+                since=start,
+                until=end,
+                abstained=abstained,
+                failed_citations=True if failed_citations else None,
+                doc_id=doc,
+                feedback=_feedback_filter(feedback),
+            ),
             limit=limit,
-            feedback=_feedback_filter(feedback),
         )
     if as_json:
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
@@ -226,7 +230,7 @@ def traces_show(
 ) -> None:
     """One answer's trace: question, answer, final order, citations, drops, timings."""
     with _user_errors(), _store(data_dir) as store:
-        trace = store.read_trace(trace_id)  # checked against the trace schema (rag/trace_schema.py)
+        trace = store.traces.read(trace_id)  # checked against the trace schema (rag/trace_schema.py)
     if as_json:
         typer.echo(json.dumps(trace.to_json(), ensure_ascii=False, indent=2))
         return
@@ -245,7 +249,7 @@ def traces_export(
     start, end = _parse_when(since), _parse_when(until)
     count = 0
     with _user_errors(), _store(data_dir) as store:
-        traces = store.export_traces(user=user, since=start, until=end, with_feedback=True)
+        traces = store.traces.export(TraceFilter(user=user, since=start, until=end), with_feedback=True)
         if out is None:
             for trace in traces:
                 sys.stdout.write(json.dumps(trace, ensure_ascii=False) + "\n")
@@ -277,15 +281,15 @@ def traces_import(
                 except json.JSONDecodeError as exc:
                     raise typer.BadParameter(f"line {line_no} of {source} is not JSON: {exc}") from exc
                 try:
-                    store.get_trace(str(trace.get("trace_id")))
+                    store.traces.get(str(trace.get("trace_id")))
                     skipped += 1
                     continue
                 except TraceNotFound:
                     pass
                 feedback = trace.pop("feedback", None) if isinstance(trace, dict) else None
-                store.save_trace(trace)
+                store.traces.save(trace)
                 if isinstance(feedback, dict) and feedback.get("rating"):
-                    store.set_feedback(
+                    store.feedback.set(
                         str(trace.get("trace_id")),
                         str(feedback.get("user") or trace.get("user")),
                         str(feedback["rating"]),

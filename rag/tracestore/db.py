@@ -1,4 +1,9 @@
-"""Engines and migrations for the trace store.
+"""Engines, migrations and the retrying database object every part of the trace store works through.
+
+:class:`Database` runs one function per transaction: reads on a pooled connection, writes in a write
+transaction rerun (a bounded number of times, with jittered backoff) when SQLite says "database is locked" or
+PostgreSQL reports a deadlock or serialisation failure. It checks once that the tables exist at the revision
+this code expects, and translates SQLAlchemy errors into :class:`rag.errors.StorageError`.
 
 SQLite (the default, a file in ``data_dir``) runs in WAL mode with a 30 s busy timeout, ``synchronous=NORMAL``
 and foreign keys on; writes open with ``BEGIN IMMEDIATE`` so two writers queue on the busy timeout instead of
@@ -14,18 +19,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import random
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from rag.errors import ConfigurationError, StorageError
+from rag.errors import ConfigurationError, RagError, StorageError
+from rag.tracestore.errors import DatabaseNotInitialised, SchemaOutOfDate
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -34,7 +44,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 SQLITE_BUSY_TIMEOUT_S = 30.0
+WRITE_ATTEMPTS = 6  # bounded retry on "database is locked" / PostgreSQL deadlock or serialisation failure
 # pg_advisory_lock key held around migrations: any fixed 64-bit number unlikely to clash ("ragtrace").
 MIGRATION_LOCK_KEY = 0x7261677472616365
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -295,3 +308,127 @@ def ensure_embedded_schema(target: Settings | str) -> bool:
             return False  # written by a newer rag: never downgrade implicitly
     upgrade(url)
     return True
+
+
+class Database:
+    """One trace database (SQLite or PostgreSQL): the engine, its write twin, and transactions run with
+    errors translated and lock conflicts retried. Thread-safe; ``close()`` releases the pool."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = resolve_url(url)
+        self.engine = engine or make_engine(self.url)
+        self._writer = write_engine(self.engine)
+        self._schema_checked = False
+        self._schema_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Database({display_url(self.url)!r})"
+
+    @contextlib.contextmanager
+    def errors(self, action: str) -> Iterator[None]:
+        """Translate SQLAlchemy errors into StorageErrors a user can act on."""
+        try:
+            yield
+        except RagError:
+            raise
+        except SQLAlchemyError as exc:
+            if _is_missing_table(exc):
+                raise self._not_initialised() from exc
+            raise StorageError(
+                f"Could not {action} in {display_url(self.url)}: {describe_db_error(exc)}",
+                hint="Check RAG_DATABASE_URL, that the database server is running, and `rag db current`.",
+            ) from exc
+
+    def _not_initialised(self) -> DatabaseNotInitialised:
+        return DatabaseNotInitialised(
+            f"Database not initialised: run `rag db upgrade` ({display_url(self.url)})."
+        )
+
+    def check_ready(self) -> None:
+        """Raise a StorageError a user can act on unless the database exists at the expected revision."""
+        with self.errors("open the trace database"):
+            self._check_schema()
+
+    def _check_schema(self) -> None:
+        """Once per database object: the tables exist and are at the revision this code was written for."""
+        if self._schema_checked:
+            return
+        with self._schema_lock:
+            if self._schema_checked:
+                return
+            path = sqlite_path(self.url)
+            if path is not None and not path.exists():  # do not create an empty file as a side effect
+                raise self._not_initialised()
+            with self.engine.connect() as conn:
+                version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            expected = head_revision()
+            if version is None:
+                raise self._not_initialised()
+            if expected is not None and version != expected:
+                raise SchemaOutOfDate(
+                    f"The trace database is at schema revision {version}, this version of rag needs {expected}.",
+                    hint="Run `rag db upgrade` (or upgrade rag, if the database is newer).",
+                )
+            self._schema_checked = True
+
+    def read(self, action: str, fn: Callable[[Connection], T]) -> T:
+        """``fn`` on one connection; ``action`` names it in error messages ("list traces")."""
+        with self.errors(action):
+            self._check_schema()
+            with self.engine.connect() as conn:
+                return fn(conn)
+
+    def write(
+        self, action: str, fn: Callable[[Connection], T], *, retry_on: tuple[type[Exception], ...] = ()
+    ) -> T:
+        """Run ``fn`` in one write transaction, rerunning it when the database says it may (or on
+        ``retry_on``: e.g. an IntegrityError from a concurrent insert of the same row)."""
+        with self.errors(action):
+            self._check_schema()
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    with self._writer.begin() as conn:
+                        return fn(conn)
+                except DBAPIError as exc:
+                    if attempt == WRITE_ATTEMPTS or not (_is_retryable(exc) or isinstance(exc, retry_on)):
+                        raise
+                    delay = min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0)
+                    log.warning("%s: %s; retrying in %.2fs", action, describe_db_error(exc), delay)
+                    time.sleep(delay)
+            raise AssertionError("unreachable")
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+def _is_missing_table(exc: BaseException) -> bool:
+    return _sqlstate(exc) == "42P01" or "no such table" in str(getattr(exc, "orig", exc)).lower()
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    """SQLite lock timeouts and PostgreSQL deadlocks / serialisation failures: the transaction can rerun."""
+    if _sqlstate(exc) in ("40001", "40P01"):
+        return True
+    message = str(getattr(exc, "orig", exc)).lower()
+    return (
+        "database is locked" in message
+        or "database is busy" in message
+        or "database table is locked" in message
+    )
+
+
+def iso(value: datetime | None) -> str | None:
+    """A timestamp column's value as the ISO string the store's rows carry."""
+    return value.isoformat() if value is not None else None
+
+
+def as_datetime(value: Any) -> datetime | None:
+    """An aggregate over a timestamp column (``max(created_at)``) as an aware UTC datetime: SQLite gives the
+    raw stored text, since the column's type decorator does not apply to the aggregate."""
+    if value is None or isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)

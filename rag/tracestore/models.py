@@ -24,6 +24,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     text,
 )
@@ -74,6 +75,11 @@ Json = JSON(none_as_null=True)
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: Json, list[Any]: Json, float: Double()}
+
+
+def table(model: type[Base]) -> Table:
+    """The Core table of a model (the query builders and the trace codec work on tables)."""
+    return Base.metadata.tables[model.__tablename__]
 
 
 def _trace_fk() -> Any:

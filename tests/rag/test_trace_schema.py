@@ -155,11 +155,11 @@ def test_an_unknown_key_in_a_stored_trace_is_a_trace_schema_error(store, tmp_pat
     trace = make_trace(seed=7)
     trace["surprise"] = 1  # e.g. written by a newer rag, or imported from elsewhere
     trace["evidence"][0]["colour"] = "red"
-    trace_id = store.save_trace(trace)
-    assert store.get_trace(trace_id) == trace  # stored and exported as it is
+    trace_id = store.traces.save(trace)
+    assert store.traces.get(trace_id) == trace  # stored and exported as it is
 
     with pytest.raises(ts.TraceSchemaError) as caught:
-        store.read_trace(trace_id)
+        store.traces.read(trace_id)
     message = str(caught.value)
     assert trace_id in message and "does not match the trace schema" in message
     assert "surprise: unknown key" in message and "evidence.0.colour: unknown key" in message
@@ -187,9 +187,9 @@ def test_a_trace_stored_before_the_newer_keys_loads_with_their_defaults(store) -
     old = {k: v for k, v in make_trace(seed=8).items() if k not in NEWER_KEYS}
     for hop in old["hops"]:
         del hop["linked"], hop["stopped"]  # present only when they apply
-    trace_id = store.save_trace(old)
+    trace_id = store.traces.save(old)
 
-    typed = store.read_trace(trace_id)
+    typed = store.traces.read(trace_id)
     assert typed.verified is False and typed.claims == [] and typed.verification == {}
     assert typed.answer_check == ts.AnswerCheck(complete=False, intents=[])
     assert typed.hops[0].linked == [] and typed.hops[0].stopped == ""

@@ -21,7 +21,7 @@ def test_export_then_import_moves_every_trace_once(tmp_path: Path) -> None:
     store = TraceStore.from_settings(load_settings(data_dir=old))
     try:
         for i in range(3):
-            store.save_trace(make_trace(user=f"u{i}", seed=i, created_at=BASE_TIME.replace(hour=9 + i)))
+            store.traces.save(make_trace(user=f"u{i}", seed=i, created_at=BASE_TIME.replace(hour=9 + i)))
     finally:
         store.close()
 

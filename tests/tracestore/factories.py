@@ -263,7 +263,7 @@ def write_traces_in_child(url: str, worker: int, count: int, barrier: Any) -> li
             trace = make_trace(
                 user=f"user{worker}", chunks=shared if i % 2 else None, seed=worker * 100_000 + i
             )
-            ids.append(store.save_trace(trace))
+            ids.append(store.traces.save(trace))
     finally:
         store.close()
     return ids

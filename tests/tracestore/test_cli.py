@@ -61,7 +61,7 @@ def saved(cli, store_url: str) -> list[dict]:
     ]
     with TraceStore(store_url) as store:
         for trace in traces:
-            store.save_trace(trace)
+            store.traces.save(trace)
     return traces
 
 

@@ -47,9 +47,9 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
         engine.dispose()
     assert upgrade(store_url) == "0002"
     with TraceStore(store_url) as store:
-        assert store.count_traces() == 1
-        store.set_feedback(trace["trace_id"], "alice", "down", reason="outdated")
-        assert store.get_feedback(trace["trace_id"])["reason"] == "outdated"
+        assert store.traces.count() == 1
+        store.feedback.set(trace["trace_id"], "alice", "down", reason="outdated")
+        assert store.feedback.get(trace["trace_id"])["reason"] == "outdated"
     assert downgrade(store_url, "0001") == "0001"
     assert "feedback" not in _tables(store_url)
     engine = make_engine(store_url)
@@ -66,8 +66,8 @@ def test_upgrade_downgrade_upgrade_round_trip(store_url: str) -> None:
     assert upgrade(store_url) == head_revision()
     assert _tables(store_url) == MODEL_TABLES | {"alembic_version"}
     with TraceStore(store_url) as store:
-        store.save_trace(make_trace())
-        assert store.count_traces() == 1
+        store.traces.save(make_trace())
+        assert store.traces.count() == 1
 
     assert downgrade(store_url, "base") is None
     assert _tables(store_url) == {"alembic_version"}
@@ -75,10 +75,10 @@ def test_upgrade_downgrade_upgrade_round_trip(store_url: str) -> None:
     assert upgrade(store_url) == head_revision()
     assert _tables(store_url) == MODEL_TABLES | {"alembic_version"}
     with TraceStore(store_url) as store:
-        assert store.list_traces() == []
+        assert store.traces.list() == []
         trace = make_trace(seed=1)
-        store.save_trace(trace)
-        assert store.get_trace(trace["trace_id"]) == trace
+        store.traces.save(trace)
+        assert store.traces.get(trace["trace_id"]) == trace
 
 
 def test_upgrade_twice_is_a_no_op(migrated_url: str) -> None:

@@ -11,7 +11,14 @@ import pytest
 from sqlalchemy import text
 
 from rag.errors import StorageError
-from rag.tracestore import DatabaseNotInitialised, InvalidTrace, SchemaOutOfDate, TraceNotFound, TraceStore
+from rag.tracestore import (
+    DatabaseNotInitialised,
+    InvalidTrace,
+    SchemaOutOfDate,
+    TraceFilter,
+    TraceNotFound,
+    TraceStore,
+)
 from rag.tracestore.db import make_engine, sqlite_path
 from tests.tracestore.factories import BASE_TIME, chunk, make_trace, roundtrip, write_traces_in_child
 
@@ -19,8 +26,8 @@ from tests.tracestore.factories import BASE_TIME, chunk, make_trace, roundtrip, 
 def test_trace_comes_back_equal(store: TraceStore) -> None:
     trace = make_trace()
     assert len(trace["candidates"]) >= 10
-    assert store.save_trace(trace) == trace["trace_id"]
-    got = store.get_trace(trace["trace_id"])
+    assert store.traces.save(trace) == trace["trace_id"]
+    got = store.traces.get(trace["trace_id"])
     assert got == roundtrip(trace)
     assert list(got) == list(trace)  # same key order, so `show --json` reads like `ask --json`
     assert [c["chunk_id"] for c in got["candidates"]] == [c["chunk_id"] for c in trace["candidates"]]
@@ -36,8 +43,8 @@ def test_every_kind_of_outcome_comes_back_equal(store: TraceStore, kind: str) ->
         failed_citation=kind == "failed_citation",
         error="LLM request timed out after 120 s" if kind == "generation_error" else None,
     )
-    store.save_trace(trace)
-    assert store.get_trace(trace["trace_id"]) == roundtrip(trace)
+    store.traces.save(trace)
+    assert store.traces.get(trace["trace_id"]) == roundtrip(trace)
 
 
 def test_irregular_traces_lose_nothing(store: TraceStore) -> None:
@@ -66,13 +73,13 @@ def test_irregular_traces_lose_nothing(store: TraceStore) -> None:
     trace["dropped"] = "not a list"
     trace["stages"][0]["detail"] = None
     trace["intents"] = [{"index": 0}]
-    store.save_trace(trace)
-    assert store.get_trace(trace["trace_id"]) == roundtrip(trace)
+    store.traces.save(trace)
+    assert store.traces.get(trace["trace_id"]) == roundtrip(trace)
 
 
 def test_minimal_trace_gets_an_id_and_a_timestamp(store: TraceStore) -> None:
-    trace_id = store.save_trace({"question": "Hi?", "user": "alice", "answer": ""})
-    got = store.get_trace(trace_id)
+    trace_id = store.traces.save({"question": "Hi?", "user": "alice", "answer": ""})
+    got = store.traces.get(trace_id)
     assert len(trace_id) == 32
     created = datetime.fromisoformat(got.pop("created_at"))
     assert created.tzinfo is not None and abs(datetime.now(UTC) - created) < timedelta(minutes=5)
@@ -83,19 +90,19 @@ def test_trace_stays_readable_after_its_document_changes(store: TraceStore) -> N
     old = [chunk("travel", f"Old rule {i}: taxis up to {10 + i} EUR.") for i in range(10)]
     kept = chunk("travel", "Receipts are required for every claim.")
     trace_a = make_trace(chunks=[*old, kept], seed=1)
-    store.save_trace(trace_a)
+    store.traces.save(trace_a)
 
     # Re-ingestion: new text means new chunk ids; the unchanged passage keeps its id but not its doc_version.
     new = [chunk("travel", f"New rule {i}: taxis up to {30 + i} EUR.", version="v2") for i in range(10)]
     kept_v2 = {**kept, "doc_version": "v2", "title": "Travel policy (2025)"}
     trace_b = make_trace(chunks=[*new, kept_v2], seed=2)
-    store.save_trace(trace_b)
+    store.traces.save(trace_b)
 
-    got_a = store.get_trace(trace_a["trace_id"])
+    got_a = store.traces.get(trace_a["trace_id"])
     assert got_a == roundtrip(trace_a)
     assert got_a["evidence"][0]["text"].startswith("Old rule 0")
     assert got_a["candidates"][-1]["doc_version"] == "v1"
-    got_b = store.get_trace(trace_b["trace_id"])
+    got_b = store.traces.get(trace_b["trace_id"])
     assert got_b == roundtrip(trace_b)
     assert got_b["candidates"][-1]["doc_version"] == "v2"
     assert got_b["candidates"][-1]["title"] == "Travel policy (2025)"
@@ -103,23 +110,23 @@ def test_trace_stays_readable_after_its_document_changes(store: TraceStore) -> N
 
 def test_saving_the_same_trace_twice_fails_clearly(store: TraceStore) -> None:
     trace = make_trace()
-    store.save_trace(trace)
+    store.traces.save(trace)
     with pytest.raises(StorageError, match="already stored"):
-        store.save_trace(trace)
-    assert store.count_traces() == 1
+        store.traces.save(trace)
+    assert store.traces.count() == 1
 
 
 def test_unknown_trace_raises_trace_not_found(store: TraceStore) -> None:
     with pytest.raises(TraceNotFound):
-        store.get_trace("0" * 32)
+        store.traces.get("0" * 32)
 
 
 def test_unusable_traces_are_rejected(store: TraceStore) -> None:
     with pytest.raises(InvalidTrace):
-        store.save_trace({"trace_id": "x", "question": object()})
+        store.traces.save({"trace_id": "x", "question": object()})
     with pytest.raises(InvalidTrace):
-        store.save_trace({"trace_id": "x" * 65})
-    assert store.count_traces() == 0
+        store.traces.save({"trace_id": "x" * 65})
+    assert store.traces.count() == 0
 
 
 @pytest.fixture
@@ -136,7 +143,7 @@ def populated(store: TraceStore) -> dict[str, dict]:
         ),
     }
     for trace in traces.values():
-        store.save_trace(trace)
+        store.traces.save(trace)
     return traces
 
 
@@ -153,31 +160,33 @@ def test_list_filters(store: TraceStore, populated: dict[str, dict]) -> None:
         t["alice_abstained"],
         t["alice_old"],
     ]
-    assert _ids(store.list_traces()) == newest_first
-    assert _ids(store.list_traces(user="alice")) == [t["alice_abstained"], t["alice_old"]]
-    assert _ids(store.list_traces(abstained=True)) == [t["alice_abstained"]]
-    assert t["alice_abstained"] not in _ids(store.list_traces(abstained=False))
-    assert _ids(store.list_traces(failed_citations=True)) == [t["bob_failed"]]
-    assert _ids(store.list_traces(doc_id="expenses")) == [t["bob_expenses"]]
-    assert _ids(store.list_traces(doc_id="doc-1")) == [
+    assert _ids(store.traces.list()) == newest_first
+    assert _ids(store.traces.list(TraceFilter(user="alice"))) == [t["alice_abstained"], t["alice_old"]]
+    assert _ids(store.traces.list(TraceFilter(abstained=True))) == [t["alice_abstained"]]
+    assert t["alice_abstained"] not in _ids(store.traces.list(TraceFilter(abstained=False)))
+    assert _ids(store.traces.list(TraceFilter(failed_citations=True))) == [t["bob_failed"]]
+    assert _ids(store.traces.list(TraceFilter(doc_id="expenses"))) == [t["bob_expenses"]]
+    assert _ids(store.traces.list(TraceFilter(doc_id="doc-1"))) == [
         t["carol_error"],
         t["bob_failed"],
         t["alice_abstained"],
         t["alice_old"],
     ]
-    assert _ids(store.list_traces(since=BASE_TIME + timedelta(days=3))) == newest_first[:2]
-    assert _ids(store.list_traces(since="2025-03-04")) == newest_first[:2]
-    assert _ids(store.list_traces(until=date(2025, 3, 2))) == newest_first[3:]  # a date includes that day
-    assert _ids(store.list_traces(since="2025-03-02T00:00:00+00:00", until="2025-03-03T09:00:00Z")) == [
-        t["alice_abstained"]
-    ]  # until is exclusive
-    assert _ids(store.list_traces(user="bob", failed_citations=False)) == [t["bob_expenses"]]
-    assert _ids(store.list_traces(limit=2, offset=1)) == newest_first[1:3]
-    assert store.count_traces(user="bob") == 2
+    assert _ids(store.traces.list(TraceFilter(since=BASE_TIME + timedelta(days=3)))) == newest_first[:2]
+    assert _ids(store.traces.list(TraceFilter(since="2025-03-04"))) == newest_first[:2]
+    assert (
+        _ids(store.traces.list(TraceFilter(until=date(2025, 3, 2)))) == newest_first[3:]
+    )  # a date includes that day
+    assert _ids(
+        store.traces.list(TraceFilter(since="2025-03-02T00:00:00+00:00", until="2025-03-03T09:00:00Z"))
+    ) == [t["alice_abstained"]]  # until is exclusive
+    assert _ids(store.traces.list(TraceFilter(user="bob", failed_citations=False))) == [t["bob_expenses"]]
+    assert _ids(store.traces.list(limit=2, offset=1)) == newest_first[1:3]
+    assert store.traces.count(TraceFilter(user="bob")) == 2
 
 
 def test_list_rows_are_summaries(store: TraceStore, populated: dict[str, dict]) -> None:
-    row = store.list_traces(user="carol")[0]
+    row = store.traces.list(TraceFilter(user="carol"))[0]
     trace = populated["carol_error"]
     assert row == {
         "trace_id": trace["trace_id"],
@@ -198,18 +207,22 @@ def test_list_rows_are_summaries(store: TraceStore, populated: dict[str, dict]) 
 
 
 def test_export_yields_full_traces_oldest_first(store: TraceStore, populated: dict[str, dict]) -> None:
-    exported = list(store.export_traces(batch_size=2))
+    exported = list(store.traces.export(batch_size=2))
     assert exported == [roundtrip(trace) for trace in populated.values()]
-    assert list(store.export_traces(user="bob")) == [
+    assert list(store.traces.export(TraceFilter(user="bob"))) == [
         roundtrip(populated["bob_failed"]),
         roundtrip(populated["bob_expenses"]),
     ]
-    assert list(store.export_traces(since="2025-03-05")) == [roundtrip(populated["carol_error"])]
+    assert list(store.traces.export(TraceFilter(since="2025-03-05"))) == [roundtrip(populated["carol_error"])]
 
 
 def test_uninitialised_database_says_to_run_db_upgrade(store_url: str) -> None:
     with TraceStore(store_url) as store:
-        for call in (lambda: store.save_trace(make_trace()), store.list_traces, lambda: store.facts("alice")):
+        for call in (
+            lambda: store.traces.save(make_trace()),
+            store.traces.list,
+            lambda: store.memory.facts("alice"),
+        ):
             with pytest.raises(DatabaseNotInitialised, match="run `rag db upgrade`"):
                 call()
     path = sqlite_path(store_url)
@@ -222,13 +235,13 @@ def test_schema_at_another_revision_is_reported(migrated_url: str) -> None:
         conn.execute(text("UPDATE alembic_version SET version_num = '0000'"))
     engine.dispose()
     with TraceStore(migrated_url) as store, pytest.raises(SchemaOutOfDate, match="0000"):
-        store.list_traces()
+        store.traces.list()
 
 
 def test_unreachable_server_is_a_storage_error_without_the_password() -> None:
     store = TraceStore("postgresql+psycopg://rag:s3cret@127.0.0.1:1/nowhere")
     with pytest.raises(StorageError) as info:
-        store.list_traces()
+        store.traces.list()
     store.close()
     assert "s3cret" not in info.value.user_message()
     assert "127.0.0.1" in str(info.value)
@@ -249,15 +262,15 @@ def test_concurrent_writers_lose_nothing(migrated_url: str) -> None:
         proc.join(timeout=300)
     assert [p.exitcode for p in procs] == [0] * workers
     with TraceStore(migrated_url) as store:
-        assert store.count_traces() == workers * per_worker
+        assert store.traces.count() == workers * per_worker
         for w in range(workers):
-            assert store.count_traces(user=f"user{w}") == per_worker
+            assert store.traces.count(TraceFilter(user=f"user{w}")) == per_worker
         sample = make_trace(
             user="user3",
             seed=3 * 100_000 + 7,
             chunks=[chunk("doc-shared", f"Shared passage {i}.") for i in range(12)],
         )
-        assert store.get_trace(sample["trace_id"]) == roundtrip(sample)
+        assert store.traces.get(sample["trace_id"]) == roundtrip(sample)
 
 
 def test_concurrent_threads_share_one_store(store: TraceStore) -> None:
@@ -266,8 +279,8 @@ def test_concurrent_threads_share_one_store(store: TraceStore) -> None:
     def work(worker: int) -> None:
         try:
             for i in range(25):
-                store.save_trace(make_trace(user=f"t{worker}", seed=10_000 * (worker + 1) + i))
-                store.list_traces(user=f"t{worker}", limit=5)
+                store.traces.save(make_trace(user=f"t{worker}", seed=10_000 * (worker + 1) + i))
+                store.traces.list(TraceFilter(user=f"t{worker}"), limit=5)
         except BaseException as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(exc)
 
@@ -277,11 +290,11 @@ def test_concurrent_threads_share_one_store(store: TraceStore) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
-    assert store.count_traces() == 100
+    assert store.traces.count() == 100
 
 
 def test_written_dict_is_not_modified(store: TraceStore) -> None:
     trace = make_trace()
     before = copy.deepcopy(trace)
-    store.save_trace(trace)
+    store.traces.save(trace)
     assert trace == before

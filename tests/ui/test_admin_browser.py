@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from rag.tracestore import TraceFilter
 from tests.ui.support import free_port
 from tests.ui.test_auth_browser import _ask, _headers, _serve, _shot, _store, _wait_text
 from tests.ui.test_browser import (
@@ -194,7 +195,7 @@ def _planted_document(folder: Path, host: _Host) -> Path:
 def _refusal_conversation(store, trace_id: str, host: _Host) -> str:  # type: ignore[no-untyped-def]
     """A stored conversation of olga's whose answer is a refusal that quotes planted text back wherever a
     refusal can (the reason, an intent not addressed, the language model's error): a real trace, changed."""
-    trace = store.get_trace(trace_id)
+    trace = store.traces.get(trace_id)
     question = f"How many unicorns may I keep at my desk? {plant(host, 'q')}"
     reason = f'I can\'t answer this from the policies you have access to: I found no passage that answers "{question}".'
     intent = {"index": 0, "text": question, "addressed": False, "coverage": 0.0, "sentence": ""}
@@ -209,9 +210,9 @@ def _refusal_conversation(store, trace_id: str, host: _Host) -> str:  # type: ig
         answer_check={"complete": False, "intents": [intent]},
         error=f"LLM timed out near {plant(host, 'q')}",
     )
-    session = store.create_session("olga", question[:60])
-    store.add_turn(session, "user", question)
-    store.add_turn(session, "assistant", reason, trace_id=store.save_trace(trace))
+    session = store.sessions.create("olga", question[:60])
+    store.sessions.add_turn(session, "user", question)
+    store.sessions.add_turn(session, "assistant", reason, trace_id=store.traces.save(trace))
     return session
 
 
@@ -231,11 +232,11 @@ def test_analytics_counts_refusals_apart_and_tells_documents_apart(url: str, bro
     finally:
         context.close()
     store = _store(data_dir)
-    asked = {r["question"]: r for r in store.list_traces(user="alice", limit=20)}
+    asked = {r["question"]: r for r in store.traces.list(TraceFilter(user="alice"), limit=20)}
     assert asked[SALARY_Q]["abstained"] and not asked[MEALS_Q]["abstained"]
     gap = asked[GAP_Q]["trace_id"]
-    store.set_feedback(gap, "alice", "down", reason="did_not_answer")  # a gap, abstained or not
-    stored = store.count_traces()
+    store.feedback.set(gap, "alice", "down", reason="did_not_answer")  # a gap, abstained or not
+    stored = store.traces.count()
 
     for viewport, suffix in ((WIDE, "1280"), (NARROW, "420")):
         context, page = _open(browser, ADMIN, viewport)
@@ -281,7 +282,7 @@ def test_analytics_counts_refusals_apart_and_tells_documents_apart(url: str, bro
             _shot(page, f"ui-admin-traces-{suffix}.png")
         finally:
             context.close()
-    assert store.count_traces() == stored  # the analytics check asks again without storing anything
+    assert store.traces.count() == stored  # the analytics check asks again without storing anything
 
 
 def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
@@ -311,12 +312,12 @@ def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
     finally:
         context.close()
     store = _store(data_dir)
-    tom = store.list_traces(user="tom", limit=1)[0]
+    tom = store.traces.list(TraceFilter(user="tom"), limit=1)[0]
     assert tom["question"] == question
     assert "bicycle-parking" in {
-        e["doc_id"].rsplit("-", 1)[0] for e in store.get_trace(tom["trace_id"])["evidence"]
+        e["doc_id"].rsplit("-", 1)[0] for e in store.traces.get(tom["trace_id"])["evidence"]
     }
-    store.set_feedback(tom["trace_id"], "tom", "down", reason="other", comment=plant(outside, "fb"))
+    store.feedback.set(tom["trace_id"], "tom", "down", reason="other", comment=plant(outside, "fb"))
 
     context, page = _open(browser, ADMIN)
     page.on("request", lambda r: requests.append(r.url) if host in r.url else None)
@@ -337,7 +338,9 @@ def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
         _settled(page)
         _assert_plain(page, outside, "a reopened conversation")
         # a refusal quotes the question back: its reason, the parts not addressed, a model's error message
-        _refusal_conversation(store, store.list_traces(user="olga", limit=1)[0]["trace_id"], outside)
+        _refusal_conversation(
+            store, store.traces.list(TraceFilter(user="olga"), limit=1)[0]["trace_id"], outside
+        )
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=240_000)
         _settled(page)

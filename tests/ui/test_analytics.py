@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rag.config import load_settings
+from rag.tracestore import TraceFilter
 from tests.ui.conftest import APP
 from ui import analytics
 
@@ -129,21 +130,23 @@ MEALS_Q = "What is the daily meal allowance for international trips?"
 
 
 def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path) -> None:
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
     at = _open(monkeypatch, ui_data_dir, "sam")
     at.chat_input(key="chat_input").set_value("What is the airspeed velocity of an unladen swallow?").run()
     at.chat_input(key="chat_input").set_value("How many days does a customer have to return an item?").run()
     store = TraceStore.from_settings(load_settings(data_dir=ui_data_dir))
-    answered = next(r for r in store.list_traces(user="sam", limit=5) if not r["abstained"])
-    store.set_feedback(answered["trace_id"], "sam", "down", reason="outdated")
+    answered = next(r for r in store.traces.list(TraceFilter(user="sam"), limit=5) if not r["abstained"])
+    store.feedback.set(answered["trace_id"], "sam", "down", reason="outdated")
     # alice (staff) asks what only hr's Salary Bands answer, and what the Travel Policy in force answers
     at = _open(monkeypatch, ui_data_dir, "alice")
     at.chat_input(key="chat_input").set_value(SALARY_Q).run()
     at.chat_input(key="chat_input").set_value(MEALS_Q).run()
-    salary = next(r for r in store.list_traces(user="alice", limit=20) if r["question"] == SALARY_Q)
+    salary = next(
+        r for r in store.traces.list(TraceFilter(user="alice"), limit=20) if r["question"] == SALARY_Q
+    )
     assert salary["abstained"]
-    stored = store.count_traces()
+    stored = store.traces.count()
 
     at = _open(monkeypatch, ui_data_dir, "olga")
     at.switch_page("views/analytics.py").run()
@@ -166,7 +169,7 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     assert len(row) >= 1 and set(row["user"]) == {"alice"}
     assert all("Salary Bands" in a and "salary-bands.pdf" in a for a in row["answered by"])
     assert SALARY_Q not in " ".join(topics["examples"]) + " ".join(topics["topic"])
-    assert store.count_traces() == stored  # asking again for the check stores nothing
+    assert store.traces.count() == stored  # asking again for the check stores nothing
 
     # Two documents are titled "Travel Policy": told apart by file, the expired one marked, neither both cited
     # and never cited.

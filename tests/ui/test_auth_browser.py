@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rag.tracestore import TraceFilter
 from tests.ui.conftest import CANARY_HR, CANARY_SEC, REPO
 from tests.ui.support import free_port, healthy
 from tests.ui.test_browser import (
@@ -133,7 +134,7 @@ def _wait_text(page, text: str, timeout: int = 120_000) -> None:  # type: ignore
 
 def _store(data_dir: Path):  # type: ignore[no-untyped-def]
     from rag.config import load_settings
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
     return TraceStore.from_settings(load_settings(data_dir=data_dir))
 
@@ -183,7 +184,7 @@ def test_feedback_is_stored_and_shown_in_the_trace_explorer(  # type: ignore[no-
         page.goto(proxy_url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
         _ask(page, GAP_Q, 0)
-        tid = _store(ui_data_dir).list_traces(user="sam", limit=1)[0]["trace_id"]
+        tid = _store(ui_data_dir).traces.list(TraceFilter(user="sam"), limit=1)[0]["trace_id"]
         page.goto(proxy_url + "/traces")
         _wait_text(page, "Was this answer helpful?")
         page.get_by_label("Thumbs down").first.click()
@@ -191,10 +192,10 @@ def test_feedback_is_stored_and_shown_in_the_trace_explorer(  # type: ignore[no-
         page.get_by_test_id("stButtonGroup").get_by_text("Did not answer", exact=True).click()
         _wait_text(page, "your feedback is saved", timeout=30_000)
         deadline = time.monotonic() + 30
-        while (_store(ui_data_dir).get_feedback(tid) or {}).get("reason") != "did_not_answer":
-            assert time.monotonic() < deadline, _store(ui_data_dir).get_feedback(tid)
+        while (_store(ui_data_dir).feedback.get(tid) or {}).get("reason") != "did_not_answer":
+            assert time.monotonic() < deadline, _store(ui_data_dir).feedback.get(tid)
             time.sleep(0.5)
-        stored = _store(ui_data_dir).get_feedback(tid)
+        stored = _store(ui_data_dir).feedback.get(tid)
         assert (stored["user"], stored["rating"]) == ("sam", "down")
         page.wait_for_timeout(1500)
         table = page.get_by_test_id("stDataFrame").first
@@ -217,7 +218,9 @@ def test_analytics_for_an_admin_and_refused_for_others(  # type: ignore[no-untyp
         for n in range(len(GAP_QUESTIONS)):
             page.get_by_label("Thumbs down").nth(n).click()
             page.wait_for_timeout(2500)
-        rated = [r for r in _store(ui_data_dir).list_traces(user="alice", feedback="down", limit=10)]
+        rated = [
+            r for r in _store(ui_data_dir).traces.list(TraceFilter(user="alice", feedback="down"), limit=10)
+        ]
         assert {r["question"] for r in rated} >= set(GAP_QUESTIONS)
         page.goto(proxy_url + "/analytics")
         page.get_by_test_id("stSidebar").wait_for(timeout=120_000)
@@ -235,7 +238,7 @@ def test_analytics_for_an_admin_and_refused_for_others(  # type: ignore[no-untyp
         assert "Abstention rate" in body and "Questions per day" in body
         assert page.get_by_test_id("stSidebarNav").get_by_text("Analytics").count() == 1
         assert page.get_by_test_id("stDownloadButton").count() >= 3
-        gaps = _store(ui_data_dir).gap_questions()
+        gaps = _store(ui_data_dir).analytics.gap_questions()
         parking = [g for g in gaps if "park" in g["question"].lower()]
         assert len(parking) >= 2  # both parking questions abstained (or were rated down)
         assert "2 \u00d7 " in body or "3 \u00d7 " in body  # and they were grouped into one topic

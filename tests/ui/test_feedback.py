@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rag.config import load_settings
+from rag.tracestore import TraceFilter
 from tests.ui.conftest import APP
 from ui.feedback import SAVED, feedback_label
 
@@ -24,7 +25,7 @@ def _open(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str) -> AppTest
 
 
 def _store(data_dir: Path):  # type: ignore[no-untyped-def]
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
     return TraceStore.from_settings(load_settings(data_dir=data_dir))
 
@@ -45,12 +46,12 @@ def test_feedback_is_stored_changed_shown_and_filtered(
     assert at.feedback(key=f"{base}_thumbs").value is None
 
     at.feedback(key=f"{base}_thumbs").set_value(0).run()  # thumbs down
-    stored = _store(ui_data_dir).get_feedback(tid)
+    stored = _store(ui_data_dir).feedback.get(tid)
     assert (stored["rating"], stored["reason"], stored["user"]) == ("down", None, "tom")
     assert any(SAVED in c.value for c in at.caption)
     at.pills(key=f"{base}_reason").set_value("other").run()
     at.text_input(key=f"{base}_comment").set_value("I asked about store credit").run()
-    stored = _store(ui_data_dir).get_feedback(tid)
+    stored = _store(ui_data_dir).feedback.get(tid)
     assert (stored["reason"], stored["comment"]) == ("other", "I asked about store credit")
     # Shown in the table, and the "down" filter finds it.
     row = _table(at).set_index("trace id").loc[tid]
@@ -62,17 +63,17 @@ def test_feedback_is_stored_changed_shown_and_filtered(
     # Changed: thumbs up drops the reason.
     at.selectbox(key="trace_f_feedback").select("any").run()
     at.feedback(key=f"{base}_thumbs").set_value(1).run()
-    stored = _store(ui_data_dir).get_feedback(tid)
+    stored = _store(ui_data_dir).feedback.get(tid)
     assert (stored["rating"], stored["reason"], stored["comment"]) == ("up", None, None)
     at.selectbox(key="trace_f_feedback").select("down").run()
     assert tid not in set(_table(at)["trace id"]) if at.dataframe else True
     # Withdrawn: clicking the chosen thumb again clears it.
     at.selectbox(key="trace_f_feedback").select("any").run()
     at.feedback(key=f"{base}_thumbs").set_value(None).run()
-    assert _store(ui_data_dir).get_feedback(tid) is None
+    assert _store(ui_data_dir).feedback.get(tid) is None
 
     # A fresh session shows the stored rating again.
-    _store(ui_data_dir).set_feedback(tid, "tom", "down", reason="outdated")
+    _store(ui_data_dir).feedback.set(tid, "tom", "down", reason="outdated")
     at = _open(monkeypatch, ui_data_dir, "tom")
     at.switch_page("views/traces.py").run()
     at.selectbox(key="trace_open").select(tid).run()
@@ -88,8 +89,8 @@ def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
         "What is the airspeed velocity of an unladen swallow on Jupiter?"
     ).run()
     store = _store(ui_data_dir)
-    tid = store.list_traces(user="alice", limit=1)[0]["trace_id"]
-    store.set_feedback(tid, "alice", "down", reason="did_not_answer")
+    tid = store.traces.list(TraceFilter(user="alice"), limit=1)[0]["trace_id"]
+    store.feedback.set(tid, "alice", "down", reason="did_not_answer")
 
     olga = _open(monkeypatch, ui_data_dir, "olga")
     olga.switch_page("views/traces.py").run()
@@ -97,7 +98,7 @@ def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
     assert not olga.exception
     assert tid in set(_table(olga)["trace id"])
     assert "alice" in set(_table(olga)["user"])  # another user's down-vote, for the admin
-    if store.get_trace(tid)["abstained"]:
+    if store.traces.get(tid)["abstained"]:
         olga.selectbox(key="trace_f_feedback").select("any").run()
         olga.selectbox(key="trace_f_abstained").select("yes").run()
         assert tid in set(_table(olga)["trace id"])  # every user's abstentions, not only olga's
@@ -117,7 +118,7 @@ def test_every_chat_answer_has_the_thumbs_and_they_store(
     assert not at.exception
     thumbs = [f for f in at.get("feedback")]
     assert len(thumbs) == 2  # one under each answer
-    tid = _store(ui_data_dir).list_traces(user="hana", limit=1)[0]["trace_id"]
+    tid = _store(ui_data_dir).traces.list(TraceFilter(user="hana"), limit=1)[0]["trace_id"]
     at.feedback(key=f"feedback_{tid}_3_thumbs").set_value(1).run()  # the second answer is message 3
-    assert _store(ui_data_dir).get_feedback(tid)["rating"] == "up"
+    assert _store(ui_data_dir).feedback.get(tid)["rating"] == "up"
     assert len(at.get("feedback")) == 2 and not at.exception

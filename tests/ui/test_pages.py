@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rag.config import load_settings
+from rag.tracestore import TraceFilter
 from tests.ui.conftest import APP, CANARY_HR, CANARY_SEC
 from ui.components import CITATIONS_FAILED
 
@@ -63,7 +64,7 @@ def assert_clean(at: AppTest) -> None:
 
 
 def store_for(data_dir: Path):  # type: ignore[no-untyped-def]
-    from rag.tracestore.repository import TraceStore
+    from rag.tracestore import TraceStore
 
     return TraceStore.from_settings(load_settings(data_dir=data_dir))
 
@@ -165,12 +166,12 @@ def test_chat_answer_with_citations_beside_the_final_chunk_order(
     spec = charts[0].proto.spec
     assert '"position"' in spec and '"rerank rank"' in spec and '"reverse": true' in spec
 
-    rows = store_for(ui_data_dir).list_traces(user="alice", limit=5)
+    rows = store_for(ui_data_dir).traces.list(TraceFilter(user="alice"), limit=5)
     assert rows and rows[0]["question"] == REFUND_Q
-    trace = store_for(ui_data_dir).get_trace(rows[0]["trace_id"])
+    trace = store_for(ui_data_dir).traces.get(rows[0]["trace_id"])
     assert [e["chunk_id"] for e in trace["evidence"]] == list(order["chunk id"])
-    sessions = store_for(ui_data_dir).list_sessions("alice")
-    turns = store_for(ui_data_dir).get_turns(sessions[0]["id"])
+    sessions = store_for(ui_data_dir).sessions.list("alice")
+    turns = store_for(ui_data_dir).sessions.turns(sessions[0]["id"])
     assert [t["role"] for t in turns[-2:]] == ["user", "assistant"]
     assert turns[-1]["trace_id"] == trace["trace_id"]
 
@@ -204,8 +205,8 @@ def test_abstention_is_marked(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
     at = open_app(monkeypatch, ui_data_dir, "alice")
     ask(at, "What is the airspeed velocity of an unladen swallow on Jupiter?")
     assert not at.exception
-    trace = store_for(ui_data_dir).get_trace(
-        store_for(ui_data_dir).list_traces(user="alice", limit=1)[0]["trace_id"]
+    trace = store_for(ui_data_dir).traces.get(
+        store_for(ui_data_dir).traces.list(TraceFilter(user="alice"), limit=1)[0]["trace_id"]
     )
     assert trace["abstained"], trace["answer"]
     assert "rag-badge abstain" in html_bodies(at)
@@ -222,17 +223,19 @@ def test_memory_facts_are_stored_replaced_and_used(
     ask(at, "Remember that I work part-time")
     assert_clean(at)
     assert any("I'll remember" in m.value for m in at.markdown)
-    assert [(f["key"], f["value"]) for f in store.facts("tom")] == [("employment", "I work part-time")]
+    assert [(f["key"], f["value"]) for f in store.memory.facts("tom")] == [("employment", "I work part-time")]
 
     ask(at, "How many days of annual leave do I get?")
     assert_clean(at)
-    trace = store.get_trace(store.list_traces(user="tom", limit=1)[0]["trace_id"])
+    trace = store.traces.get(store.traces.list(TraceFilter(user="tom"), limit=1)[0]["trace_id"])
     assert trace["budgets"]["facts"] == 1
     assert "I work part-time" in trace["prompt"]["user"]
     assert 0 < trace["budgets"]["history_tokens"] <= trace["budgets"]["history_token_budget"]
 
     ask(at, "Actually, I work full-time now")
-    assert [(f["key"], f["value"]) for f in store.facts("tom")] == [("employment", "I work full-time now")]
+    assert [(f["key"], f["value"]) for f in store.memory.facts("tom")] == [
+        ("employment", "I work full-time now")
+    ]
     assert any("I work full-time now" in c.value.replace("\\", "") for c in at.sidebar.caption)
 
 
@@ -243,7 +246,7 @@ def test_history_budget_is_separate_and_recorded(monkeypatch: pytest.MonkeyPatch
     ask(at, "And what about gift cards?")
     assert_clean(at)
     store = store_for(ui_data_dir)
-    trace = store.get_trace(store.list_traces(user="sam", limit=1)[0]["trace_id"])
+    trace = store.traces.get(store.traces.list(TraceFilter(user="sam"), limit=1)[0]["trace_id"])
     budgets = trace["budgets"]
     assert budgets["history_token_budget"] == 30
     assert 0 < budgets["history_tokens"] <= 30
@@ -262,7 +265,7 @@ def test_trace_explorer_shows_only_own_traces_to_non_admins(
     assert_clean(alice)
     table = frame(alice, "trace id")
     assert set(table["user"]) == {"alice"}
-    hana_ids = {r["trace_id"] for r in store_for(ui_data_dir).list_traces(user="hana")}
+    hana_ids = {r["trace_id"] for r in store_for(ui_data_dir).traces.list(TraceFilter(user="hana"))}
     assert not hana_ids & set(alice.selectbox(key="trace_open").options)
     assert CANARY_HR.encode() not in sent(alice)
 
@@ -298,7 +301,7 @@ def test_trace_stage_views_and_replay_side_by_side(
     goto(at, "traces")
     assert_clean(at)
     tid = at.selectbox(key="trace_open").value
-    trace = store_for(ui_data_dir).get_trace(tid)
+    trace = store_for(ui_data_dir).traces.get(tid)
     labels = [t.label for t in at.tabs]
     for label in (
         "Evidence scores",
@@ -341,7 +344,7 @@ def test_trace_stage_views_and_replay_side_by_side(
 def test_trace_of_another_user_cannot_be_opened(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path) -> None:
     hana = open_app(monkeypatch, ui_data_dir, "hana")
     ask(hana, SALARY_Q)
-    hana_trace = store_for(ui_data_dir).list_traces(user="hana", limit=1)[0]["trace_id"]
+    hana_trace = store_for(ui_data_dir).traces.list(TraceFilter(user="hana"), limit=1)[0]["trace_id"]
     alice = open_app(monkeypatch, ui_data_dir, "alice")
     ask(alice, REFUND_Q)
     alice.session_state["trace_opened"] = hana_trace  # e.g. a stale or forged selection

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rag.tracestore import TraceFilter
 from tests.ui.support import free_port
 from tests.ui.test_pages import REFUND_Q, ask, assert_clean, html_bodies, open_app, store_for
 
@@ -111,7 +112,7 @@ def test_answer_streams_from_the_llm(
     assert FakeChatServer.requests and FakeChatServer.requests[-1]["stream"] is True
     assert "45 days" in html_bodies(at) and 'class="rag-cite' in html_bodies(at)
     store = store_for(ui_data_dir)
-    trace = store.get_trace(store.list_traces(user="alice", limit=1)[0]["trace_id"])
+    trace = store.traces.get(store.traces.list(TraceFilter(user="alice"), limit=1)[0]["trace_id"])
     assert trace["answer"].startswith("".join(ANSWER_PARTS[:3]))
     assert trace["model"] == "fake-llm" and trace["generation_mode"] == "standard" and not trace["error"]
     assert trace["citations"] and all(c["valid"] for c in trace["citations"])

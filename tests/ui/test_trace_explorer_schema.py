@@ -41,7 +41,7 @@ def test_an_old_trace_opens_and_a_mismatched_one_is_a_message(
     odd = make_trace(user="alice", question="A trace from elsewhere", created_at=now - timedelta(1), seed=22)
     odd["surprise"] = True
     with store_for(data_dir) as store:
-        old_id, odd_id = store.save_trace(old), store.save_trace(odd)
+        old_id, odd_id = store.traces.save(old), store.traces.save(odd)
 
     at = open_trace(monkeypatch, data_dir, old_id)
     assert errors(at) == []

@@ -87,7 +87,7 @@ def _per_day(days: list[dict[str, Any]]) -> None:
 
 
 def _feedback(store: Any, since: date | None, until: date | None) -> None:
-    reasons = store.feedback_reasons(since, until)
+    reasons = store.analytics.feedback_reasons(since, until)
     st.subheader("Why answers were rated down", anchor=False)
     if not reasons:
         st.caption("No down-votes in this period.")
@@ -254,7 +254,7 @@ def _documents(store: Any, since: date | None, until: date | None, indexed: dict
         "Each document by title, file and, when not in force today, its state: two versions of a policy share a "
         "title, never a file."
     )
-    frame = analytics.documents_frame(indexed, store.cited_documents(since, until))
+    frame = analytics.documents_frame(indexed, store.analytics.cited_documents(since, until))
     if frame.empty:
         st.caption("No documents indexed yet.")
         return
@@ -296,7 +296,7 @@ def render() -> None:
     st.caption("Every user's questions in the period. Traces quote restricted documents: admins only.")
     store = services.get_store(settings)
     since, until = _window()
-    days = store.daily_stats(since, until)
+    days = store.analytics.daily_stats(since, until)
     _overview(days)
     if not days:
         st.info("No questions in this period yet.", icon=":material/info:")
@@ -307,7 +307,7 @@ def render() -> None:
     except Exception as exc:
         services.show_error(exc)
         documents = {}
-    gaps = [dict(g) for g in store.gap_questions(since, until)]
+    gaps = [dict(g) for g in store.analytics.gap_questions(since, until)]
     refused, unchecked = _refused_for_access(settings, gaps, documents)
     _gaps(settings, gaps, refused, unchecked)
     _refusals(gaps, refused, documents)

@@ -179,10 +179,10 @@ def _sidebar(store: Any, principal: Principal) -> None:
             )
         if store is None:
             return
-        if not store.list_sessions(principal.user, limit=1):
+        if not store.sessions.list(principal.user, limit=1):
             return  # nothing to search or reopen yet
         query = st.text_input("Search your conversations", key="chat_search", placeholder="e.g. refund")
-        sessions = store.list_sessions(principal.user, limit=200 if query else 20)
+        sessions = store.sessions.list(principal.user, limit=200 if query else 20)
         if query:
             sessions = [s for s in sessions if _matches(store, s, query)][:20]
             if not sessions:
@@ -213,7 +213,7 @@ def _matches(store: Any, session: dict[str, Any], query: str) -> bool:
     text = str(session.get("title") or "").lower()
     if all(w in text for w in words):
         return True
-    text += " " + " ".join(str(t.get("content") or "").lower() for t in store.get_turns(session["id"]))
+    text += " " + " ".join(str(t.get("content") or "").lower() for t in store.sessions.turns(session["id"]))
     return all(w in text for w in words)
 
 
@@ -283,7 +283,7 @@ def _sidebar_memory(store: Any, principal: Principal) -> None:
     if store is None:
         return
     with st.sidebar:
-        facts = store.facts(principal.user)
+        facts = store.memory.facts(principal.user)
         st.markdown("**What I remember about you**")
         if not facts:
             st.caption('Nothing yet. Say e.g. "Remember that I work part-time".')
@@ -293,24 +293,24 @@ def _sidebar_memory(store: Any, principal: Principal) -> None:
             if cols[1].button(
                 ":material/delete:", key=f"chat_forget_{fact['key']}", help="Forget this", type="tertiary"
             ):
-                store.forget_fact(principal.user, fact["key"])
+                store.memory.forget(principal.user, fact["key"])
                 st.rerun()
 
 
 def _load_session(store: Any, principal: Principal, session_id: str) -> None:
     """Reopen one of the signed-in user's own conversations, with each answer's stored trace."""
-    own = {s["id"] for s in store.list_sessions(principal.user, limit=1000)}
+    own = {s["id"] for s in store.sessions.list(principal.user, limit=1000)}
     if session_id not in own:
         return
     messages: list[dict[str, Any]] = []
-    for turn in store.get_turns(session_id):
+    for turn in store.sessions.turns(session_id):
         message: dict[str, Any] = {"role": turn["role"], "content": turn["content"]}
         if turn["role"] == "assistant" and not turn.get("trace_id") and turn["content"].startswith(NOTED):
             message["notice"] = True  # a memory acknowledgement, not part of the conversation's history
         if turn.get("trace_id"):
             try:
                 # through the trace schema, as the trace explorer reads it (older traces get the new keys' defaults)
-                trace = store.read_trace(turn["trace_id"]).to_json(defaults=True)
+                trace = store.traces.read(turn["trace_id"]).to_json(defaults=True)
             except StorageError:  # gone, unreadable or not a trace: the answer's text still shows, without it
                 trace = None
             if trace is not None and trace.get("user") == principal.user:
@@ -324,8 +324,8 @@ def _ensure_session(store: Any, principal: Principal, title: str) -> str | None:
     if store is None:
         return None
     if SESSION not in st.session_state:
-        taken = {str(x.get("title") or "") for x in store.list_sessions(principal.user, limit=1000)}
-        st.session_state[SESSION] = store.create_session(principal.user, distinct_title(title, taken))
+        taken = {str(x.get("title") or "") for x in store.sessions.list(principal.user, limit=1000)}
+        st.session_state[SESSION] = store.sessions.create(principal.user, distinct_title(title, taken))
     return st.session_state[SESSION]
 
 
@@ -380,14 +380,14 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
         st.markdown(components.escape_md(prompt))
     session_id = _ensure_session(store, principal, prompt)
     if store is not None and session_id:
-        store.add_turn(session_id, "user", prompt)
+        store.sessions.add_turn(session_id, "user", prompt)
 
     fact = extract_fact(prompt)
     notice = ""
     if fact is not None:
         key, value = fact
         if store is not None:
-            store.remember_fact(principal.user, key, value)
+            store.memory.remember(principal.user, key, value)
             notice = f"{NOTED} I'll remember: \u201c{value}\u201d."
         else:
             notice = "I can't remember facts while the trace database is unavailable."
@@ -396,10 +396,10 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
         with st.chat_message("assistant"):
             st.markdown(components.escape_md(notice))
         if store is not None and session_id:
-            store.add_turn(session_id, "assistant", notice)
+            store.sessions.add_turn(session_id, "assistant", notice)
         return
 
-    facts = relevant_facts(prompt, store.facts(principal.user)) if store is not None else []
+    facts = relevant_facts(prompt, store.memory.facts(principal.user)) if store is not None else []
     question = Question(prompt, principal, session_id=session_id, history=tuple(history), facts=tuple(facts))
     with st.chat_message("assistant"):
         if notice:
@@ -412,9 +412,11 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
         trace = result.to_json()
         if store is not None:
             try:
-                store.save_trace(trace)
+                store.traces.save(trace)
                 if session_id:
-                    store.add_turn(session_id, "assistant", trace["answer"], trace_id=trace["trace_id"])
+                    store.sessions.add_turn(
+                        session_id, "assistant", trace["answer"], trace_id=trace["trace_id"]
+                    )
             except Exception as exc:
                 st.warning(f"This answer was not stored: {services.describe_error(exc)}")
         message = {"role": "assistant", "content": trace["answer"], "trace": trace}

@@ -17,6 +17,7 @@ import streamlit as st
 from rag.pipeline import PipelineOptions, Question
 from rag.stages.packing import STRATEGIES
 from rag.trace_schema import TraceSchemaError
+from rag.tracestore import TraceFilter
 from rag.types import DocumentMeta, Principal
 from ui import components, services, trace_view
 from ui.feedback import feedback_label, feedback_widget
@@ -57,7 +58,7 @@ def _filters(settings: Any, principal: Principal, store: Any) -> dict[str, Any]:
     who_col, when_col, doc_col = st.columns([1.2, 1.5, 2.3])
     with who_col:
         if admin:
-            users = store.list_users()  # everyone with a stored answer, whatever the sign-in mode
+            users = store.analytics.users()  # everyone with a stored answer, whatever the sign-in mode
             who = st.selectbox("User", [ANY, *users], key="trace_f_user")
             user = None if who == ANY else who
         else:
@@ -203,7 +204,7 @@ def _feedback(settings: Any, principal: Principal, trace: dict[str, Any], store:
         st.markdown("**Was this answer helpful?**")
         feedback_widget(settings, principal, tid, key=f"trace_{tid}")
         return
-    label = feedback_label(store.get_feedback(tid)) or "none"
+    label = feedback_label(store.feedback.get(tid)) or "none"
     st.caption(components.escape_md(f"Feedback from {trace.get('user')}: {label}"))
 
 
@@ -224,7 +225,7 @@ def render() -> None:
     filters = _filters(settings, principal, store)
     if not services.is_admin(principal, settings):
         filters["user"] = principal.user  # never list another user's traces to a non-admin
-    rows = store.list_traces(**filters, limit=200)
+    rows = store.traces.list(TraceFilter(**filters), limit=200)
     rows = [r for r in rows if may_view(r, principal)]
     if not rows:
         st.info("No answers match these filters yet. Ask something on the Chat page.")
@@ -249,7 +250,7 @@ def render() -> None:
     st.session_state[OPENED] = chosen
     try:
         # through the trace schema: keys newer than the trace get their defaults, a mismatch is a message
-        trace = store.read_trace(chosen).to_json(defaults=True)
+        trace = store.traces.read(chosen).to_json(defaults=True)
     except TraceSchemaError as exc:
         st.error(exc.user_message())
         return
