@@ -17,7 +17,7 @@ offline (docs/rerankers.md); ``--cross-encoder-queries`` times both sides with a
 
 Quality: SciFact nDCG@10 (documents ranked by their best chunk: our reranked candidates, their joiner output,
 as LostInTheMiddle deliberately reorders) on the held-out half of the train-qrels queries (features-v2 was
-trained on the other half; ``rag.rerank_train.heldout``); evidence recall on the dev questions, graded with
+trained on the other half; ``evaluation.rerank_train.heldout``); evidence recall on the dev questions, graded with
 ``covered()`` from ../shared/tools/grade_evidence.py over each side's final evidence texts. Latency: per query,
 measured in one loop, alternating which side goes first; the peer is timed with torch's default thread count
 and with one thread (ours embeds queries with one), and the ratio uses its faster setting.
@@ -411,7 +411,7 @@ class SciFactQuery:
 
 def scifact_queries(root: Path, limit: int | None) -> list[SciFactQuery]:
     """The held-out half of the train-qrels queries (the reranker never trained on them), by query id."""
-    from rag.rerank_train import heldout
+    from evaluation.rerank_train import heldout
 
     texts = {}
     for line in (root / "queries.jsonl").read_text().splitlines():

@@ -2,7 +2,7 @@
 
     python -m benchmarks.rerankers --out benchmarks/results/rerankers.json
 
-SciFact: the held-out half of the train-qrels queries (never trained on; see rag/rerank_train.py) against the
+SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/rerank_train.py) against the
 full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense MiniLM, RRF k=60, top 40.
 NQ-Open (held-out half, pool = the distinct gold passages) is reported separately. For each query every
 reranker reranks the same 40 candidates, in rotating order, and the rerank call alone is timed.
@@ -37,6 +37,14 @@ from rag.config import library_defaults
 
 library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
+from evaluation.rerank_train import (  # noqa: E402
+    DEFAULT_CACHE_DIR,
+    DEFAULT_DATA_DIR,
+    Retrieval,
+    heldout,
+    load_nq,
+    load_scifact,
+)
 from rag.embedder import load_embedder  # noqa: E402
 from rag.metrics import ndcg_at, recall_at  # noqa: E402
 from rag.rerank import (  # noqa: E402
@@ -48,14 +56,6 @@ from rag.rerank import (  # noqa: E402
     FeatureReranker,
     NoReranker,
     Reranker,
-)
-from rag.rerank_train import (  # noqa: E402
-    DEFAULT_CACHE_DIR,
-    DEFAULT_DATA_DIR,
-    Retrieval,
-    heldout,
-    load_nq,
-    load_scifact,
 )
 from rag.types import Candidate  # noqa: E402
 

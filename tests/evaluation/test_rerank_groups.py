@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.rerank_groups import figures, load, save
-from rag.rerank_train import load_extra_groups
+from evaluation.rerank_train import load_extra_groups
 
 
 def _record(

@@ -7,7 +7,6 @@ the cross-encoder is a tiny BERT the test builds and saves itself.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -37,39 +36,10 @@ from rag.rerank import (
     parse_judge_scores,
     sentence_features,
 )
-from rag.types import PUBLIC_GROUP, Candidate, Chunk
+from rag.types import Candidate
+from tests.rerank.fakes import PASSAGES, HashEmbedder, make_chunk
 
 QUESTION = "How many days of parental leave do new parents get in 2024?"
-
-PASSAGES = [
-    ("Leave policy", "Parental leave", "New parents get 20 days of paid parental leave from 2024 onwards."),
-    ("Expenses", "Travel", "Economy class is required for flights under six hours. Receipts are mandatory."),
-    ("Leave policy", "Sick leave", "Sick leave requires a doctor's note after three days of absence."),
-    ("IT FAQ", "Passwords", "Passwords rotate every 90 days; use the self-service portal to reset yours."),
-    ("Leave policy", "Holidays", "Employees get 25 days of holiday per year, plus public holidays."),
-]
-
-
-def make_chunk(i: int, title: str, section: str, text: str) -> Chunk:
-    return Chunk(
-        chunk_id=f"c{i}",
-        doc_id=f"d{i}",
-        text=text,
-        source=f"doc{i}.md",
-        title=title,
-        section=section,
-        page=None,
-        page_end=None,
-        ordinal=0,
-        prev_id=None,
-        next_id=None,
-        groups=(PUBLIC_GROUP,),
-        effective=None,
-        expires=None,
-        tags=(),
-        doc_version="v",
-        n_tokens=len(text.split()),
-    )
 
 
 def make_candidates(passages: list[tuple[str, str, str]] = PASSAGES) -> list[Candidate]:
@@ -91,25 +61,6 @@ def make_candidates(passages: list[tuple[str, str, str]] = PASSAGES) -> list[Can
             )
         )
     return cands
-
-
-class HashEmbedder:
-    """Bag-of-words hashed into 64 dimensions: a fast stand-in with the Embedder interface."""
-
-    name = "hash-64"
-    dim = 64
-
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
-        from rag.text import bm25_tokens
-
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for tok in bm25_tokens(t):
-                out[i, hash(tok) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
-
-    embed_queries = embed_passages
 
 
 # --------------------------------------------------------------------------------------- scripted LLM server
@@ -843,137 +794,3 @@ def test_load_reranker_misconfiguration(overrides: dict[str, str], match: str) -
     settings = settings.model_copy(update={"llm_base_url": None, "reranker_path": None})
     with pytest.raises(ConfigurationError, match=match):
         load_reranker(settings)
-
-
-# --------------------------------------------------------------------------------------- training
-
-
-def test_training_metrics_and_fusion() -> None:
-    from rag.metrics import ndcg_at, recall_at
-    from rag.rerank_train import rrf_candidates
-
-    rel = frozenset({"a", "b"})
-    assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(1.0)
-    assert ndcg_at(["c", "a"], rel) == pytest.approx((1 / np.log2(3)) / (1 + 1 / np.log2(3)))
-    assert recall_at(["c", "a"], rel) == 0.5
-    assert ndcg_at(["a"], frozenset()) == 0.0
-    chunks = [make_chunk(i, *PASSAGES[i]) for i in range(5)]
-    cands = rrf_candidates([(0, 5.0), (1, 4.0)], [(1, 0.9), (2, 0.8)], chunks, k=60, top=2)
-    assert [c.chunk_id for c in cands] == ["c1", "c0"]
-    assert cands[0].fused_score == pytest.approx(1 / 62 + 1 / 61)
-    assert (cands[0].bm25_rank, cands[0].dense_rank, cands[1].dense_rank) == (2, 1, None)
-
-
-def test_pairwise_fit_learns_the_informative_feature() -> None:
-    from rag.rerank_train import fit_pairwise, fit_platt
-
-    rng = np.random.default_rng(0)
-    diffs = rng.normal(size=(400, 3))
-    diffs[:, 1] = np.abs(diffs[:, 1]) + 0.1  # feature 1 always favours the positive
-    beta = fit_pairwise(diffs, np.ones(400), l2=1e-3)
-    assert beta[1] > 5 * max(abs(beta[0]), abs(beta[2]))
-    raw = np.concatenate([rng.normal(2, 1, 200), rng.normal(-2, 1, 200)])
-    a, b = fit_platt(raw, np.concatenate([np.ones(200), np.zeros(200)]))
-    assert a > 0
-
-
-def _write_tiny_datasets(root: Path) -> None:
-    """A synthetic SciFact/NQ pair in the shared-data layout: each query matches one passage best."""
-    rng = np.random.default_rng(1)
-    vocab = [f"term{i}" for i in range(300)]
-    sci = root / "scifact"
-    (sci / "qrels").mkdir(parents=True)
-    corpus, queries, qrels = [], [], ["query-id\tcorpus-id\tscore"]
-    nq = []
-    for d in range(120):
-        words = rng.choice(vocab, size=40).tolist()
-        corpus.append({"_id": str(d), "title": " ".join(words[:3]), "text": " ".join(words)})
-        if d < 60:
-            q = " ".join(rng.choice(words, size=5).tolist())
-            queries.append({"_id": str(d), "text": q})
-            qrels.append(f"{d}\t{d}\t1")
-            nq.append(
-                {
-                    "question": q,
-                    "answers": ["zzz"],
-                    "ctxs": [{"title": corpus[-1]["title"], "text": corpus[-1]["text"], "isgold": True}],
-                }
-            )
-    (sci / "corpus.jsonl").write_text("\n".join(json.dumps(c) for c in corpus) + "\n")
-    (sci / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
-    (sci / "qrels" / "train.tsv").write_text("\n".join(qrels) + "\n")
-    lim = root / "lost-in-the-middle"
-    lim.mkdir()
-    with gzip.open(lim / "nq-open-oracle.jsonl.gz", "wt") as f:
-        f.write("\n".join(json.dumps(x) for x in nq) + "\n")
-
-
-def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
-    from rag.rerank_train import train
-
-    _write_tiny_datasets(tmp_path / "data")
-    out = tmp_path / "model.json"
-    logs: list[str] = []
-    model, report = train(
-        data_dir=tmp_path / "data",
-        cache_dir=tmp_path / "cache",
-        out=out,
-        embedder=HashEmbedder(),
-        l2_grid=(1e-2,),
-        folds=2,
-        log=logs.append,
-    )
-    loaded = FeatureModel.load(out)
-    assert loaded.name == "features-v2" and loaded.uses_sentences
-    assert loaded.features == FEATURE_NAMES and np.allclose(loaded.weights, model.weights, atol=1e-6)
-    assert 0.0 <= loaded.abstain_threshold < 1.0 and loaded.abstain_threshold == model.abstain_threshold
-    assert report["abstain_threshold"]["value"] == model.abstain_threshold
-    assert set(report["heldout"]) == {"scifact", "nq"}
-    for r in report["heldout"].values():
-        assert 0.0 <= r["features-v2"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
-        assert "features-v1" in r  # the previous model, scored on the same held-out lists
-    assert "without sentence features" in report["cv_ablation_ndcg@10"]
-    assert any("wrote" in line for line in logs)
-    assert list((tmp_path / "cache").glob("*.npy"))  # embeddings cached for reruns
-    assert list((tmp_path / "cache").glob("scifact-sentences-*.npy"))  # sentence vectors too
-    # rerunning reproduces the weights exactly (from the cache)
-    again, _ = train(
-        data_dir=tmp_path / "data",
-        cache_dir=tmp_path / "cache",
-        out=None,
-        embedder=HashEmbedder(),
-        l2_grid=(1e-2,),
-        folds=2,
-        log=lambda _: None,
-    )
-    assert np.array_equal(again.weights, model.weights) and again.abstain_threshold == model.abstain_threshold
-
-
-def test_abstain_threshold_leaves_under_two_percent_of_gold_below() -> None:
-    from rag.rerank_train import Group, abstain_threshold_for
-
-    # 200 queries; query i's gold candidate scores (i + 1) / 200, its negative 0.999
-    groups = [
-        Group(str(i), np.array([[(i + 1) / 200], [0.999]]), np.array([1, 0]), ["g", "n"], frozenset({"g"}))
-        for i in range(200)
-    ]
-    groups.append(Group("nogold", np.array([[0.5]]), np.array([0]), ["n"], frozenset({"g"})))  # not counted
-    t, summary = abstain_threshold_for(groups, lambda x: x[:, 0], max_share=0.02)
-    assert summary["queries_with_gold_in_pool"] == 200
-    assert summary["below"] == 3 and summary["share_below"] < 0.02  # 0.005, 0.010, 0.015 fall below
-    assert t == pytest.approx(0.02)
-
-
-# --------------------------------------------------------------------------------------- shared data
-
-
-@pytest.mark.shared
-def test_shared_datasets_load(shared_dir: Path) -> None:
-    from rag.rerank_train import heldout, load_nq, load_scifact
-
-    sci = load_scifact(shared_dir / "data")
-    assert len(sci.passages) == 5183 and len(sci.queries) > 800
-    dev = [q for q in sci.queries if heldout(q.qid)]
-    assert 0.4 < len(dev) / len(sci.queries) < 0.6
-    nq = load_nq(shared_dir / "data")
-    assert len(nq.queries) == 2655 and all(q.relevant for q in nq.queries)

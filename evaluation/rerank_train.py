@@ -1,6 +1,6 @@
 """Train the feature reranker (``features-v2``) on open question/passage data.
 
-Reproduce the committed weights with ``python -m rag.rerank_train`` (or call :func:`train`). The first run
+Reproduce the committed weights with ``python -m evaluation.rerank_train`` (or call :func:`train`). The first run
 embeds every passage, query and passage sentence (``rag.sentences.sentence_units``) of SciFact and NQ-Open
 with MiniLM and caches them under ``--cache-dir`` (about 55k sentences: tens of minutes on 2 busy cores);
 later runs take minutes. Deterministic: no random sampling, L-BFGS from zeros.
@@ -555,7 +555,7 @@ def train(
         calibration=calibration,
         abstain_threshold=threshold,
         meta={
-            "trained_by": "python -m rag.rerank_train",
+            "trained_by": "python -m evaluation.rerank_train",
             "embedding_model": getattr(embedder, "name", DEFAULT_EMBEDDING_MODEL),
             "training_data": {
                 n: {
