@@ -185,6 +185,32 @@ def test_list_filters(store: TraceStore, populated: dict[str, dict]) -> None:
     assert store.traces.count(TraceFilter(user="bob")) == 2
 
 
+def test_one_filter_selects_the_same_traces_to_list_count_and_export(
+    store: TraceStore, populated: dict[str, dict]
+) -> None:
+    filters = [
+        TraceFilter(),
+        TraceFilter(user="alice"),
+        TraceFilter(abstained=False, since="2025-03-03"),
+        TraceFilter(doc_id="doc-1", until=date(2025, 3, 3)),
+        TraceFilter(failed_citations=True),
+        TraceFilter(feedback="none", user="bob"),
+    ]
+    for where in filters:
+        listed = set(_ids(store.traces.list(where, limit=100)))
+        exported = {trace["trace_id"] for trace in store.traces.export(where, batch_size=2)}
+        assert listed == exported, where
+        assert store.traces.count(where) == len(listed), where
+    assert store.traces.count(TraceFilter(user="nobody")) == 0
+
+
+def test_a_filter_with_an_unreadable_bound_fails_when_made() -> None:
+    with pytest.raises(ValueError, match="Not an ISO date"):
+        TraceFilter(since="last tuesday")
+    with pytest.raises(ValueError, match="feedback must be"):
+        TraceFilter(feedback="sideways")  # type: ignore[arg-type]
+
+
 def test_list_rows_are_summaries(store: TraceStore, populated: dict[str, dict]) -> None:
     row = store.traces.list(TraceFilter(user="carol"))[0]
     trace = populated["carol_error"]
