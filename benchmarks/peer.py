@@ -747,7 +747,7 @@ def time_cross_encoders(
     log: Log,
 ) -> dict[str, Any]:
     """Both sides with the same MiniLM-L6-sized cross-encoder over their fused candidates (time only)."""
-    from benchmarks.rerankers import _minilm_cross_encoder
+    from evaluation.rerankers import _minilm_cross_encoder
 
     folder = _minilm_cross_encoder(cache_dir.parent / "minilm-l6-cross-encoder-random-head")
     ours = Ours(data_dir, reranker="cross-encoder", reranker_path=str(folder))
@@ -764,7 +764,7 @@ def time_cross_encoders(
     log(f"cross-encoder timing: {len(questions)} dev questions per side")
     mine, _, ms = side_by_side(ours, peer, questions, peer_threads=[None], log=log)
     return {
-        "model": "MiniLM-L6 weights + random 1-logit head (benchmarks.rerankers._minilm_cross_encoder)",
+        "model": "MiniLM-L6 weights + random 1-logit head (evaluation.rerankers._minilm_cross_encoder)",
         "ours_reranker": ours.reranker,
         "haystack_ranker": "SentenceTransformersSimilarityRanker",
         **latency_block(ms, mine),

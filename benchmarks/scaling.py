@@ -825,7 +825,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "floor":
         ce = None
         if not args.no_cross_encoder or args.rerank_with_cross_encoder:
-            from benchmarks.rerankers import _minilm_cross_encoder
+            from evaluation.rerankers import _minilm_cross_encoder
 
             ce = str(_minilm_cross_encoder(args.work / "minilm-l6-cross-encoder-random-head"))
         result = _child(

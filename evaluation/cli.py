@@ -680,7 +680,7 @@ def suite(
         typer.Option(
             "--results",
             help="Write every answer's rag ask --json object, one JSON line each ({suite, id, result}): "
-            "`python -m benchmarks.parity A B` compares two runs field by field.",
+            "`python -m evaluation.parity A B` compares two runs field by field.",
         ),
     ] = None,
     overrides: Annotated[

@@ -539,7 +539,7 @@ def run_suites(
     """Run ``suites`` on ``split``; returns ``{meta, suites, combined}`` (the ``rag eval suite --json`` shape).
 
     ``results(suite, question_id, result)`` receives every ``rag ask --json`` object the run produced (the
-    unanswerables under ``unanswerable:SOURCE->TARGET``): ``benchmarks/parity.py`` compares two runs with it."""
+    unanswerables under ``unanswerable:SOURCE->TARGET``): ``evaluation/parity.py`` compares two runs with it."""
     from rag.config import load_settings
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions

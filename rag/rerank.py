@@ -50,7 +50,7 @@ from rag.sentences import sentence_units
 from rag.text import bm25_tokens, split_sentences
 from rag.types import Candidate
 
-# The measured default (docs/rerankers.md, benchmarks/rerankers.py): the feature model improved nDCG@10 on
+# The measured default (docs/rerankers.md, evaluation/rerankers.py): the feature model improved nDCG@10 on
 # held-out SciFact and NQ queries at a few ms per query; a cross-encoder does not fit 300 ms p50 on 2 cores.
 AUTO_RERANKER = "features"
 DEFAULT_FEATURE_MODEL = MODELS_DIR / "reranker_features.json"  # features-v2

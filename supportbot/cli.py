@@ -127,7 +127,7 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "query": "benchmarks.query",
     "retrieval": "evaluation.retrieval",
     "scaling": "benchmarks.scaling",
-    "rerankers": "benchmarks.rerankers",
+    "rerankers": "evaluation.rerankers",
     "lexical_parity": "benchmarks.lexical_parity",
     "trace_load": "benchmarks.trace_load",
     "peer": "benchmarks.peer",

@@ -3,7 +3,7 @@
 A refactor that should not change behaviour is checked with it: run the suites before and after the change on
 the same ingested corpora (one ``--work-dir``, so both read the same index), then
 
-    python -m benchmarks.parity before.jsonl after.jsonl
+    python -m evaluation.parity before.jsonl after.jsonl
 
 compares every question's ``rag ask --json`` object key by key, ignoring what differs between any two runs (the
 trace id, the creation time, timings). It prints, per top-level field, how many questions differ, then the first

@@ -1,6 +1,6 @@
 """Which reranker earns its place? Quality and added latency, side by side, on held-out queries.
 
-    python -m benchmarks.rerankers --out benchmarks/results/rerankers.json
+    python -m evaluation.rerankers --out benchmarks/results/rerankers.json
 
 SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/rerank_train.py) against the
 full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense MiniLM, RRF k=60, top 40.
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results: dict[str, Any] = {
         "command": " ".join(
-            ["python -m benchmarks.rerankers", *(argv if argv is not None else sys.argv[1:])]
+            ["python -m evaluation.rerankers", *(argv if argv is not None else sys.argv[1:])]
         ),
         "machine": {
             "cpus": os.cpu_count(),
