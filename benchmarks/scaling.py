@@ -18,12 +18,13 @@ sentence the cache lacks gets a perturbed copy of a real sentence vector. Ingest
 embedding model loaded, and finds every vector in its cache: the build figures are ingestion without the
 embedding forward passes (those cost ~13 chunks/s here; see ``rag bench ingest``).
 
-Each size is one cold ingestion of its whole corpus. Embedded Qdrant commits every point on its own (10-20 ms of
-disk wait each here): the 100k build takes ~25 minutes, so ``build`` checks ``--budget-min`` before each size
-(estimated from the last size it built) and stops rather than overrun; run the same command again and built
-sizes are reused. On a slower disk, ``--step N`` builds an index in ingestions of at most N chunks each (the
-app's incremental path: unchanged files skipped, the previous generation's store copied, only new points
-written), resumable the same way; its peak RSS is then that of the largest step, not of a cold ingestion.
+Each size is one cold ingestion of its whole corpus (the 100k build took 22 minutes while embedded generations
+lived in qdrant-client's local mode, one commit per point; the memory-mapped files and the Qdrant Edge shard
+take a few minutes). ``build`` checks ``--budget-min`` before each size (estimated from the last size it built)
+and stops rather than overrun; run the same command again and built sizes are reused. ``--step N`` builds an
+index in ingestions of at most N chunks each (the app's incremental path: unchanged files skipped, the
+previous generation's shard copied, only new points written), resumable the same way; its peak RSS is then
+that of the largest step, not of a cold ingestion.
 
 Each build and each query measurement runs in a fresh child process, so peak RSS (``ru_maxrss``) is that
 process's own. Query texts are SciFact claims, each asked once per process (the pipeline caches query vectors
@@ -589,6 +590,156 @@ def measure_floor(
     return out
 
 
+# ----------------------------------------------------------------------------------------- stores alone, to 1M
+STORE_TOKENS = 60  # BM25 tokens per synthetic chunk (SciFact's 100k corpus: ~100)
+STORE_VOCAB = 200_000
+
+
+def build_stores(size: int, folder: Path, *, seed: int = 0) -> dict[str, Any]:
+    """One generation of ``size`` synthetic chunks written by the embedded writers themselves (the dense
+    matrix, the BM25 files and token ids, the Qdrant Edge shard, the chunk file), without ingestion's reading,
+    chunking and sentence vectors: what the store costs at sizes whose ingestion outgrows this machine's
+    memory. Chunks get Zipf-distributed tokens (their text is the tokens), random unit vectors, and the
+    access, validity and tag fields the filters read."""
+    from rag.index import Manifest, save_chunks
+    from rag.lexical import average_length
+    from rag.stores import GenerationBuild
+    from rag.stores.edge import EdgeWriter
+    from rag.stores.memory import Bm25Writer, MatrixWriter
+    from rag.types import Chunk
+
+    shutil.rmtree(folder, ignore_errors=True)
+    gen = folder / "index" / "generations" / "gen-000001"
+    gen.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    t = time.perf_counter()
+    ranks = np.minimum(rng.zipf(1.3, size=size * STORE_TOKENS), STORE_VOCAB).astype(np.int64) - 1
+    terms = [f"t{i}" for i in range(STORE_VOCAB)]
+    tokens = [
+        [terms[j] for j in ranks[i * STORE_TOKENS : (i + 1) * STORE_TOKENS].tolist()] for i in range(size)
+    ]
+    del ranks
+    groups = (("staff",), ("staff",), ("hr",), ("*",))
+    chunks = [
+        Chunk(
+            chunk_id=f"{i:024x}",
+            doc_id=f"doc-{i // 4:07d}",
+            text=" ".join(tokens[i]),
+            source=f"/synthetic/doc-{i // 4:07d}.md",
+            title=f"Synthetic document {i // 4}",
+            section="",
+            page=None,
+            page_end=None,
+            ordinal=i % 4,
+            prev_id=None,
+            next_id=None,
+            groups=groups[i % 4],
+            effective=None,
+            expires=date(2020, 1, 1) if i % 50 == 0 else None,
+            tags=("emea",) if i % 10 == 0 else (),
+            doc_version="v1",
+            n_tokens=STORE_TOKENS,
+        )
+        for i in range(size)
+    ]
+    dim = 384
+    matrix = np.empty((size, dim), dtype=np.float32)
+    for start in range(0, size, 100_000):
+        block = rng.normal(size=(min(size, start + 100_000) - start, dim)).astype(np.float32)
+        matrix[start : start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    prepared_s = time.perf_counter() - t
+    build = GenerationBuild(
+        name="gen-000001",
+        folder=gen,
+        chunks=chunks,
+        tokens=tokens,
+        dim=dim,
+        fresh=[],
+        dropped=[],
+        all_vectors=lambda: matrix,
+    )
+    seconds: dict[str, float] = {}
+    for name, writer in (
+        ("dense_matrix", MatrixWriter()),
+        ("bm25", Bm25Writer()),
+        ("edge_shard", EdgeWriter(lambda _: gen)),
+    ):
+        t = time.perf_counter()
+        writer.write(build)
+        seconds[name] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    save_chunks(gen, chunks)
+    documents: dict[str, dict[str, Any]] = {}
+    for c in chunks:
+        documents.setdefault(c.doc_id, {"title": c.title, "chunk_ids": []})["chunk_ids"].append(c.chunk_id)
+    manifest = Manifest("gen-000001", "", "synthetic", dim, documents, {}, bm25_avgdl=average_length(tokens))
+    (gen / "manifest.json").write_text(manifest.to_json())
+    (folder / "index" / "CURRENT").write_text("gen-000001\n")
+    seconds["chunks_manifest"] = round(time.perf_counter() - t, 1)
+    disk = {p.name: round(_disk_mb(p), 1) for p in sorted(gen.iterdir())}
+    return {
+        "chunks": size,
+        "prepare_s": round(prepared_s, 1),
+        "write_s": seconds,
+        "write_total_s": round(sum(seconds.values()), 1),
+        "disk_mb": disk,
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+
+
+def _disk_mb(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / 2**20
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def measure_stores(data_dir: Path, *, queries: int = 30, seed: int = 1) -> dict[str, Any]:
+    """Open the generation with each embedded backend (in this process) and time each leg alone and the
+    in-store hybrid call, under a filter; RSS after opening and after the queries."""
+    from rag.index import EmbeddedBackend, IndexReader
+    from rag.types import Principal, SearchFilter
+
+    rng = np.random.default_rng(seed)
+    filt = SearchFilter(Principal("bench", frozenset({"staff"})), date(2026, 6, 1), frozenset({"emea"}))
+    vectors = rng.normal(size=(queries, 384)).astype(np.float32)
+    words = [[f"t{int(j)}" for j in rng.integers(1, 3000, size=6)] for _ in range(queries)]
+    out: dict[str, Any] = {"rss_mb": {"start": round(_rss_mb(), 1)}}
+    t = time.perf_counter()
+    reader = IndexReader(data_dir, EmbeddedBackend("bm25"))
+    out["open_s"] = round(time.perf_counter() - t, 2)
+    out["rss_mb"]["after_open"] = round(_rss_mb(), 1)
+    legs: dict[str, list[float]] = {"bm25": [], "dense_matrix": []}
+    for v, w in zip(vectors, words, strict=True):
+        t = time.perf_counter()
+        reader.lexical.search(w, filt, 40)
+        legs["bm25"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        reader.dense.search(v, filt, 40)
+        legs["dense_matrix"].append((time.perf_counter() - t) * 1000)
+    out["rss_mb"]["after_queries"] = round(_rss_mb(), 1)
+    t = time.perf_counter()
+    edge = IndexReader(data_dir, EmbeddedBackend("qdrant"))
+    out["edge_open_s"] = round(time.perf_counter() - t, 2)
+    legs.update({"edge_sparse": [], "edge_dense": [], "edge_hybrid": []})
+    for v, w in zip(vectors, words, strict=True):
+        t = time.perf_counter()
+        edge.lexical.search(w, filt, 40)
+        legs["edge_sparse"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        edge.dense.search(v, filt, 40)
+        legs["edge_dense"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        edge.search(w, v, filt, n_lexical=40, n_dense=40, rrf_k=60)
+        legs["edge_hybrid"].append((time.perf_counter() - t) * 1000)
+    out["rss_mb"]["with_both_open"] = round(_rss_mb(), 1)
+    out["legs_ms"] = {name: percentiles(ms) for name, ms in legs.items()}
+    out["chunks"] = len(reader.generation.chunks)
+    edge.close()
+    reader.close()
+    out["rss_mb"]["peak"] = round(_peak_rss_mb(), 1)
+    return out
+
+
 # ----------------------------------------------------------------------------------------- processes, results
 def _child(task: str, **kwargs: Any) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter (its own peak RSS); its last stdout line is the JSON result."""
@@ -611,6 +762,10 @@ def _run_child(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             n_concurrent=kwargs["n_concurrent"],
             clients=kwargs["clients"],
         )
+    if task == "build_stores":
+        return build_stores(kwargs["size"], Path(kwargs["folder"]))
+    if task == "stores":
+        return measure_stores(Path(kwargs["data_dir"]))
     if task == "floor":
         ce = kwargs.get("cross_encoder")
         return measure_floor(
@@ -703,6 +858,28 @@ def report(work: Path) -> str:
                     f"| {i.get('steps', 1)} | {i['seconds']} | {i['embedded']} | {i['peak_rss_mb']} "
                     f"| {i['timings_s']} |"
                 )
+    stores = data.get("stores", {})
+    if stores:
+        legs = ("bm25", "dense_matrix", "edge_sparse", "edge_dense", "edge_hybrid")
+        lines += [
+            "",
+            "| chunks | write s (matrix / BM25 / Edge / chunks) | write peak RSS MB | disk MB (dense.npy / edge / BM25+tokens / chunks) "
+            "| open s (bm25 / Edge) | RSS after open / after queries MB | "
+            + " | ".join(f"{leg} p50 / p95 ms" for leg in legs)
+            + " |",
+            "|---:|---|---:|---|---|---|" + "---:|" * len(legs),
+        ]
+        for size in sorted(stores, key=int):
+            r = stores[size]
+            w, d = r["write_s"], r["disk_mb"]
+            lexical = sum(v for k, v in d.items() if k.startswith(("bm25", "token")))
+            lines.append(
+                f"| {int(size):,} | {w['dense_matrix']} / {w['bm25']} / {w['edge_shard']} / {w['chunks_manifest']} "
+                f"| {r['peak_rss_mb']} | {d.get('dense.npy')} / {d.get('edge')} / {round(lexical, 1)} / {d.get('chunks.pkl')} "
+                f"| {r['open_s']} / {r['edge_open_s']} | {r['rss_mb']['after_open']} / {r['rss_mb']['after_queries']} | "
+                + " | ".join(f"{r['legs_ms'][leg]['p50']} / {r['legs_ms'][leg]['p95']}" for leg in legs)
+                + " |"
+            )
     for f in data.get("floor", {}).values():
         lines += [
             "",
@@ -769,10 +946,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Run the pipeline itself with the MiniLM-L6-sized cross-encoder as its reranker "
         "(random head: latency only) and compare it with that model's forward time.",
     )
+    p_stores = sub.add_parser(
+        "stores",
+        help="The embedded stores alone at each size (to 1M): write time, disk, open, RSS, each leg's latency.",
+    )
+    p_stores.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     sub.add_parser("report", help="Print the Markdown tables of WORK/results.json.")
     for p in (p_build, p_query):
         p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
-    for p in (p_build, p_query, p_floor, sub.choices["report"]):
+    for p in (p_build, p_query, p_floor, p_stores, sub.choices["report"]):
         p.add_argument("--work", type=Path, default=DEFAULT_WORK, help="Where indexes and results.json live.")
     for p in (p_query, p_floor):
         p.add_argument("--questions", type=Path, default=SCIFACT / "queries.jsonl", help="BEIR queries.jsonl")
@@ -821,6 +1003,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 clients=args.clients,
             )
             _save(args.work, "query", str(size), result)
+            print(json.dumps(result), flush=True)
+    elif args.command == "stores":
+        for size in args.sizes:
+            folder = args.work / f"stores-{size}"
+            written = _child("build_stores", size=size, folder=str(folder))
+            measured = _child("stores", data_dir=str(folder))
+            result = {**written, **measured}
+            _save(args.work, "stores", str(size), result)
             print(json.dumps(result), flush=True)
     elif args.command == "floor":
         ce = None
