@@ -542,10 +542,14 @@ def run_sweep(settings: Settings, request: SweepRequest, out: Path) -> SweepResu
 
     command = [sys.executable, "-m", "evaluation", "position", *request.argv(Path(settings.data_dir), out)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
+    if done.returncode != 0:  # the command prints "Error: ..." and "Hint: ..." for a user's mistake
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        error = next(
+            (x for x in reversed(lines) if x.startswith("Error:")), lines[-1] if lines else "no message"
+        )
+        hint = next((x.removeprefix("Hint:").strip() for x in reversed(lines) if x.startswith("Hint:")), None)
         raise RagError(
-            f"The sweep failed (exit status {done.returncode}): {lines[-1] if lines else 'no message'}",
-            hint="Run the same sweep with `rag eval position` to see its full output.",
+            f"The sweep failed (exit status {done.returncode}): {error.removeprefix('Error:').strip()}",
+            hint=hint or "Run the same sweep with `rag eval position` to see its full output.",
         )
     return load_sweep(out)
