@@ -128,7 +128,8 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "retrieval": "evaluation.retrieval",
     "scaling": "benchmarks.scaling",
     "rerankers": "evaluation.rerankers",
-    "lexical_parity": "benchmarks.lexical_parity",
+    "lexical_parity": "evaluation.lexical_parity",
+    "lexical_cost": "benchmarks.lexical_cost",
     "trace_load": "benchmarks.trace_load",
     "peer": "evaluation.peer",
 }

