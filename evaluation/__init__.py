@@ -1,7 +1,14 @@
-"""Quality measurement, one package: ``rag eval`` (``evaluation.cli``), the quality suites (``evaluation.suite``)
-and the data they read (``evaluation/suites/``: splits, follow-ups, near misses, claims, the LLM subset), graders,
-statistics, dataset loaders, position sweeps (``evaluation.position``) and the retrieval-quality benchmark.
+"""Quality measurement, one package (speed is ``benchmarks/``, above it in .importlinter).
 
-It builds each corpus with ingest/ and asks it through rag/; speed lives in ``benchmarks/``, above it
-(.importlinter). The running app reads a saved sweep through ``rag.sweeps``, never through this package.
+- ``rag eval`` (``cli``; ``python -m evaluation``) and the quality suites (``suite``, ``llm_subset``) over the
+  data in ``suites/`` (splits, follow-ups, near misses, claims, the LLM subset), with ``datasets``, ``splits``,
+  ``graders``, ``qa``, ``multihop``, ``claimset`` and ``stats``.
+- Position sweeps: ``position`` and its ``generators``; the running app reads a saved sweep through
+  ``rag.sweeps``, never through this package.
+- Training: the feature reranker (``rerank_train``, groups from the suites in ``rerank_groups``), the
+  cross-encoder (``ce_train``) and the reader (``reader_train``, ``reader_ce_data``).
+- Quality benchmarks: ``retrieval`` (SciFact nDCG), ``rerankers``, ``lexical_parity``, the Haystack ``peer``
+  and ``parity`` (do two runs give the same answers).
+
+It builds each corpus with ingest/ and asks it through rag/; nDCG and recall are ``rag.metrics``.
 """
