@@ -164,6 +164,53 @@ class EmbeddingCache:
         self.conn.close()
 
 
+Loaded = FileResult | tuple[str, list[SourceDocument] | BaseException]  # a verdict, or (version, documents)
+
+
+def _read_ahead(
+    files: Sequence[Path],
+    settings: Settings,
+    old_sources: dict[str, Any],
+    old_docs: dict[str, Any],
+    chunking: str,
+) -> Iterator[tuple[Path, Loaded]]:
+    """Each file in order with what reading it gave: a ``FileResult`` for an unreadable or unchanged file, else
+    its version and its documents (or the exception reading raised). Files are read a few at a time in
+    threads, so as many PDFs are parsed at once (each in its own child process, ``ingest.pdf``) as there are
+    cores, while the caller chunks the earlier ones; at most ``2 x workers`` files are read ahead."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    def read(path: Path) -> Loaded:
+        source = str(path.resolve())
+        try:
+            version = file_version(path)
+        except OSError as exc:
+            return FileResult(source, "failed", "unreadable", message=str(exc))
+        known = old_sources.get(source)
+        if known and known["version"] == version and known.get("chunking") == chunking:
+            n = sum(len(old_docs[d]["chunk_ids"]) for d in known["doc_ids"] if d in old_docs)
+            return FileResult(source, "unchanged", chunks=n)
+        try:
+            return version, load_file(path, settings)
+        except Exception as exc:  # reported, in order, by the caller
+            return version, exc
+
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        pending: list[tuple[Path, Future[Loaded]]] = []
+        queue = iter(files)
+        for path in queue:
+            pending.append((path, pool.submit(read, path)))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            path, future = pending.pop(0)
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.append((nxt, pool.submit(read, nxt)))
+            yield path, future.result()
+
+
 @contextmanager
 def ingest_lock(data_dir: Path, wait_s: float = 600.0) -> Iterator[None]:
     """One writer at a time. The OS releases the lock if the process dies (kill -9 included)."""
@@ -280,24 +327,20 @@ def ingest(
         given: set[str] = set()  # every source named this run, read or not (for ``exact``)
         # new chunking rules or sizes re-chunk a file whose bytes are unchanged
         chunking = chunking_signature(settings)
-        for i, path in enumerate(files):
+        for i, (path, loaded) in enumerate(_read_ahead(files, settings, old_sources, old_docs, chunking)):
             if progress:
                 progress("read", i, len(files))
             source = str(path.resolve())
             given.add(source)
-            try:
-                version = file_version(path)
-            except OSError as exc:
-                report.files.append(FileResult(source, "failed", "unreadable", message=str(exc)))
+            if isinstance(loaded, FileResult):  # unreadable, or unchanged
+                report.files.append(loaded)
                 continue
+            version, outcome = loaded
             known = old_sources.get(source)
-            if known and known["version"] == version and known.get("chunking") == chunking:
-                n = sum(len(old_docs[d]["chunk_ids"]) for d in known["doc_ids"] if d in old_docs)
-                report.files.append(FileResult(source, "unchanged", chunks=n))
-                continue
             try:
-                docs = load_file(path, settings)
-                chunked = [(doc, chunk_document(doc, settings)) for doc in docs]
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                chunked = [(doc, chunk_document(doc, settings)) for doc in outcome]
             except IngestFileError as exc:
                 report.files.append(FileResult(source, "failed", exc.reason, message=str(exc)))
                 continue
