@@ -89,7 +89,8 @@ def test_the_dense_matrix_is_memory_mapped_not_copied(tmp_path: Path) -> None:
     reader = IndexReader(deployment.data_dir)
     try:
         matrix = reader.generation.dense
-        assert isinstance(matrix, np.memmap) and matrix.shape == (24, 8)
+        assert matrix is not None and matrix.shape == (24, 8)
+        assert isinstance(matrix.base, np.memmap) and not matrix.flags.writeable  # a view of the file's map
         assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0)
     finally:
         reader.close()
