@@ -20,7 +20,7 @@ from tests.tracestore.factories import make_trace
 REPO = Path(__file__).resolve().parents[2]
 QUESTION_FILES = [
     REPO / "ingest" / "sample" / "questions.jsonl",  # answerable, single and multi-intent, some with hops
-    REPO / "rag" / "evaluation" / "suites" / "near_miss" / "sample.jsonl",  # unanswerable: abstentions
+    REPO / "evaluation" / "suites" / "near_miss" / "sample.jsonl",  # unanswerable: abstentions
 ]
 # Keys a trace stored before answer_check and the claim check existed lacks (the schema gives them defaults).
 NEWER_KEYS = ("answer_check", "claims", "verified", "verification")
