@@ -18,7 +18,7 @@ def test_ingest_benchmark_reports_speed_and_reingest(tmp_path: Path) -> None:
     result = ingest_bench.run([str(docs)], tmp_path / "data")
     assert result["files"] == 1 and result["failed"] == 0 and result["chunks"] >= 1
     assert result["reingest_embedded"] == 0
-    for key in ("pages_per_s", "chunks_per_s", "embedding_share", "reingest_speedup"):
+    for key in ("pages_per_s", "pdfs_per_s", "chunks_per_s", "embedding_share", "reingest_speedup"):
         assert key in result
 
 
