@@ -10,7 +10,7 @@ Layout under ``<data_dir>/index``::
         tokens.npy, token_offsets.npy   each chunk's BM25 tokens, as ids into the BM25 vocabulary
         dense.npy               the chunks' vectors, L2-normalised, row i = chunk i
         sentences.npz, sentence_vectors.npy   each chunk's sentence vectors (``rag.sentences``)
-        edge/                   Qdrant Edge shard with the same chunks (RAG_LEXICAL_BACKEND=qdrant only)
+        edge/                   Qdrant Edge shard with the same chunks (searched with RAG_LEXICAL_BACKEND=qdrant)
     chunks.sqlite               append-only archive of every chunk text ever indexed (traces resolve old ids)
 
 Readers memory-map the ``.npy`` files: opening a generation reads its chunks, BM25 matrix and filter columns,
@@ -151,7 +151,9 @@ def _read_chunk_file(folder: Path) -> tuple[list[Chunk], list[list[str]] | None]
         data = pickle.load(fh)
     if "columns" in data:
         columns = data["columns"]
-        names = [name for name in CHUNK_FIELDS if name in columns]  # a field added since takes its default
+        names = [
+            name for name in CHUNK_FIELDS if name in columns
+        ]  # a Chunk field added since needs a default
         rows = zip(*(columns[name] for name in names), strict=True)
         if len(names) == len(CHUNK_FIELDS):
             return [Chunk(*row) for row in rows], None
