@@ -67,6 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 DEFAULT_WORK = Path("/tmp/rag-bench-scaling")
 SYNTHETIC_MAX_TOKENS = 150  # under chunk_target_tokens: every synthetic document is exactly one chunk
+SYNTHETIC_FILE_DOCS = 100_000  # synthetic documents per corpus file when building without --step
 STEP_CHUNKS = 0  # chunks one ingestion adds; 0 = one cold ingestion per index (see build)
 BUDGET_S = 25 * 60  # a build command stops before a size or step that would end after this (rerun to resume)
 NOISE = 0.2  # norm of the noise added to a synthetic vector: cosine ~0.98 to the vector it perturbs
@@ -132,7 +133,9 @@ def plan_corpus(base: Path, n_chunks: int, out: Path, *, step: int = 0, seed: in
     sentences = sorted({u for c in chunks for u in sentence_units(c.text) if len(u.split()) >= 5})
     size = {s: count_tokens(s) for s in sentences}
     sentences = [s for s in sentences if size[s] <= SYNTHETIC_MAX_TOKENS // 2]
-    room = (step - total) if step > 0 else synthetic  # what the first file may add beside the real chunks
+    # what the first file may add beside the real chunks; without steps, files of SYNTHETIC_FILE_DOCS documents
+    # (ingestion refuses a file over its size limit: 100k documents are ~55 MB)
+    room = (step - total) if step > 0 else min(synthetic, SYNTHETIC_FILE_DOCS)
     room = room if room > 0 else step
     i = 0
     while i < synthetic:
@@ -154,7 +157,7 @@ def plan_corpus(base: Path, n_chunks: int, out: Path, *, step: int = 0, seed: in
                 dst.write(json.dumps(record) + "\n")
         files[name] = count
         i += count
-        room = step if step > 0 else synthetic
+        room = step if step > 0 else SYNTHETIC_FILE_DOCS
     return plan
 
 
@@ -281,7 +284,7 @@ def build(
         }
         progress_file.write_text(json.dumps(progress, indent=1))
     names = list(progress["files"])  # real.jsonl, then synthetic-000.jsonl ...: the first step takes both
-    groups = [names[:2], *([n] for n in names[2:])]
+    groups = [names[:2], *([n] for n in names[2:])] if progress["step"] > 0 else [names]
     while len(progress["steps"]) < len(groups):
         k = len(progress["steps"])
         if progress["steps"] and deadline is not None:
