@@ -150,6 +150,9 @@ class EmbeddingCache:
         keys = [self.key(x) for x in texts]
         found = self.get_many(keys)
         missing = list({k: i for i, k in enumerate(keys) if k not in found}.values())
+        # longest first, so each batch holds texts of about one length and the embedder pads little: the EPA
+        # PDFs' sentence units (sorted by text) padded to 1.39x their word-pieces in batches as given, 1.09x so
+        missing.sort(key=lambda i: -len(texts[i]))
         for start in range(0, len(missing), batch):
             if progress:
                 progress(start, len(missing))

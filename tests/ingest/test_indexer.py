@@ -12,6 +12,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -419,3 +420,42 @@ def test_index_order_does_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
         chunks, _ = load_chunks(generation_dir(data, current_generation(data)))
         orders.append([c.chunk_id for c in chunks])
     assert orders[0] == orders[1] == orders[2]
+
+
+class _LengthEmbedder:
+    """Vectors that spell out each text (its length, its first character), and a record of every batch."""
+
+    name = "fake"
+    dim = 2
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def embed_passages(self, texts):  # type: ignore[no-untyped-def]
+        self.batches.append(list(texts))
+        return np.array([[len(t), ord(t[0])] for t in texts], dtype=np.float32)
+
+    def embed_queries(self, texts):  # type: ignore[no-untyped-def]
+        return self.embed_passages(texts)
+
+
+def test_embedding_cache_embeds_each_new_text_once_longest_first(tmp_path: Path) -> None:
+    texts = ["bb", "a", "dddd", "ccc", "a", "eeeee", "ff"]
+    cache = indexer.EmbeddingCache(tmp_path, "fake")
+    cache.put_many(
+        [("unused", np.zeros(2, dtype=np.float32)), (cache.key("ccc"), np.array([9, 9], np.float32))]
+    )
+    fake = _LengthEmbedder()
+    try:
+        vectors, embedded = cache.vectors(texts, fake, batch=2)
+        again, embedded_again = cache.vectors(texts, fake, batch=2)
+    finally:
+        cache.close()
+    expected = [[9, 9] if t == "ccc" else [len(t), ord(t[0])] for t in texts]
+    assert [
+        v.tolist() for v in vectors
+    ] == expected  # aligned with the texts, whatever order they were embedded in
+    assert [v.tolist() for v in again] == expected
+    # each missing text once, longest first (batches of one length pad least), stored batch by batch
+    assert fake.batches == [["eeeee", "dddd"], ["bb", "ff"], ["a"]]
+    assert (embedded, embedded_again) == (5, 0)
