@@ -23,9 +23,16 @@ import pytest
 
 from rag.tracestore import TraceFilter
 from tests.ui.support import free_port
-from tests.ui.test_auth_browser import _ask, _headers, _serve, _shot, _store, _wait_text
+from tests.ui.test_auth_browser import (  # noqa: F401  (browser: a fixture)
+    _ask,
+    _headers,
+    _serve,
+    _shot,
+    _store,
+    _wait_text,
+    browser,
+)
 from tests.ui.test_browser import (
-    CHROMIUM_ARGS,
     chromium,  # noqa: F401  (fixture)
 )
 
@@ -100,19 +107,7 @@ def url(data_dir: Path, chromium: Path) -> Iterator[str]:  # noqa: F811
         yield served
 
 
-@pytest.fixture(scope="module")
-def browser(chromium: Path) -> Iterator[object]:  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-def _open(browser, headers: dict[str, str], viewport: dict[str, int] = WIDE):  # type: ignore[no-untyped-def]
+def _open(browser, headers: dict[str, str], viewport: dict[str, int] = WIDE):  # type: ignore[no-untyped-def] # noqa: F811
     context = browser.new_context(viewport=viewport, extra_http_headers=headers, accept_downloads=True)
     return context, context.new_page()
 
@@ -222,7 +217,7 @@ def _csv_of(page, button: str) -> list[dict[str, str]]:  # type: ignore[no-untyp
     return list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8"))))
 
 
-def test_analytics_counts_refusals_apart_and_tells_documents_apart(url: str, browser, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+def test_analytics_counts_refusals_apart_and_tells_documents_apart(url: str, browser, data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
     context, page = _open(browser, _headers("alice", "staff"))
     try:
         page.goto(url)
@@ -286,7 +281,12 @@ def test_analytics_counts_refusals_apart_and_tells_documents_apart(url: str, bro
 
 
 def test_planted_markup_is_text_on_every_page(  # type: ignore[no-untyped-def]
-    url: str, browser, data_dir: Path, outside: _Host, tmp_path: Path, embedder
+    url: str,
+    browser,  # noqa: F811
+    data_dir: Path,
+    outside: _Host,
+    tmp_path: Path,
+    embedder,
 ) -> None:
     from ingest.indexer import ingest
     from rag.config import load_settings
