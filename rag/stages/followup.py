@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rag.lexicon import AUXILIARIES, STOPWORDS, WH_WORDS
-from rag.text import bm25_token_set, collapse_ws
+from rag.text import bm25_token_set, collapse_ws, count_tokens
 from rag.types import Generated, Prompt
 
 
@@ -130,8 +130,9 @@ class Standalone:
     asked: str
     question: str
     rewritten: bool
-    method: str  # "none" (no conversation), "self-contained", "substitution", "reference", "condition",
-    # "addition", "llm", each offline one possibly after "llm-rejected"
+    # "none" (no conversation), "self-contained", "repeat", "substitution", "substitution+addition",
+    # "addition", "reference", "condition", "llm", or "llm-rejected:<the offline method used instead>"
+    method: str
     previous: str | None = None  # the standalone form of the user's previous turn it builds on
     reason: str = ""
     replaced: tuple[tuple[str, str, float], ...] = ()  # (previous span, new span, cosine) substitutions
@@ -164,7 +165,7 @@ def _strip_opening(tokens: list[_Token]) -> tuple[list[_Token], bool, bool]:
             i, continued = i + 2, True
         elif w in _CONTINUATION:
             i, continued = i + 1, True
-        elif w == "what" and nxt in _CONDITION:  # "what if ...", "what when ..."
+        elif w == "what" and nxt in _CONDITION:  # "what if ..."
             i, continued, condition = i + 1, True, True
         elif w in _CONDITION and i < len(tokens) - 1:
             return tokens[i:], continued, True
@@ -292,7 +293,8 @@ def _substitute(
 ) -> tuple[str, tuple[tuple[str, str, float], ...], bool]:
     """The previous question with each new span of a fragment in place of its closest span; returns (text,
     replacements, whether every new span found a place)."""
-    new_runs = _runs(run_tokens, lambda t: t.content and not (_stems(t.text) <= _stems(previous)))
+    old = _stems(previous)
+    new_runs = _runs(run_tokens, lambda t: t.content and not (_stems(t.text) <= old))
     spans = _spans(previous, _tokens(previous), _stems(" ".join(t.text for t in run_tokens)))
     if not new_runs or not spans:
         return previous, (), not new_runs
@@ -401,11 +403,11 @@ def rewrite_prompt(question: str, history: Sequence[tuple[str, str]]) -> Prompt:
         + "\n".join(lines)
         + f"\n\nFollow-up: {collapse_ws(question)}\n\nStandalone question:"
     )
-    system = REWRITE_SYSTEM
-    from rag.text import count_tokens
-
     return Prompt(
-        system=system, user=user, evidence_map=(), n_tokens=count_tokens(system) + count_tokens(user)
+        system=REWRITE_SYSTEM,
+        user=user,
+        evidence_map=(),
+        n_tokens=count_tokens(REWRITE_SYSTEM) + count_tokens(user),
     )
 
 
