@@ -70,6 +70,10 @@ _CONDITION = _set("if unless")
 _PRONOUN_SUBJECT = _set("i i'm i've we we're you they he she it")
 # Words that point back at what was asked before.
 _POINTERS = _set("it its that this these those they them their there same such one ones")
+# "that" after these opens a clause ("is it true that ..."); "one" points back only after these ("the same one").
+_CLAUSE_THAT = _set("true so such sure think mean say")
+_ONE = _set("one ones")
+_ONE_POINTS = _set("the this that same which")
 # Words of a question's frame, not its subject: "How many ... do I get?" has the subject "vacation days".
 _FRAME = (
     _WH
@@ -184,9 +188,9 @@ def _pointers(tokens: Sequence[_Token]) -> list[int]:
         before = tokens[i - 1].base if i else ""
         if t.base == "there" and before in _AUX:
             continue
-        if t.base == "that" and before in _set("true so such sure think mean say"):
+        if t.base == "that" and before in _CLAUSE_THAT:
             continue
-        if t.base in _set("one ones") and before not in _set("the this that same which"):
+        if t.base in _ONE and before not in _ONE_POINTS:
             continue
         out.append(i)
     return out
