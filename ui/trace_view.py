@@ -277,6 +277,16 @@ def _evidence_scores(trace: dict[str, Any], key: str) -> None:
     _rank_chart(trace, f"evidence_{key}")
 
 
+def _table(frame: pd.DataFrame, empty: str, *, key: str, score: str | None = None) -> None:
+    """A stage's table (blanks for missing values; ``score``: a column shown to three significant digits), or
+    ``empty`` when it has no rows."""
+    if frame.empty:
+        st.caption(empty)
+        return
+    config = {score: st.column_config.NumberColumn(format=SCORE_FORMAT)} if score else None
+    st.dataframe(frame, hide_index=True, key=key, column_config=config, placeholder="")
+
+
 def render_trace(trace: dict[str, Any], *, key: str) -> None:
     """Every stage of one stored answer: the answer beside the final chunk order, then one tab per stage."""
     _header(trace)
@@ -298,23 +308,14 @@ def render_trace(trace: dict[str, Any], *, key: str) -> None:
     with tabs[1]:
         _candidates(trace, key)
     with tabs[2]:
-        frame = components.dropped_frame(trace)
-        if frame.empty:
-            st.caption("Nothing was dropped.")
-        else:
-            st.dataframe(frame, hide_index=True, key=f"drop_{key}", placeholder="")
+        _table(components.dropped_frame(trace), "Nothing was dropped.", key=f"drop_{key}")
     with tabs[3]:
-        frame = components.bundles_frame(trace)
-        if frame.empty:
-            st.caption("No bundles (the bot abstained before packing).")
-        else:
-            st.dataframe(
-                frame,
-                hide_index=True,
-                key=f"bund_{key}",
-                column_config={"score": st.column_config.NumberColumn(format=SCORE_FORMAT)},
-                placeholder="",
-            )
+        _table(
+            components.bundles_frame(trace),
+            "No bundles (the bot abstained before packing).",
+            key=f"bund_{key}",
+            score="score",
+        )
     with tabs[4]:
         if not trace.get("hops"):
             st.caption("No follow-up retrieval ran for this answer (multi-hop off, or nothing retrieved).")
@@ -336,17 +337,9 @@ def render_trace(trace: dict[str, Any], *, key: str) -> None:
         st.markdown("User")
         st.code(prompt.get("user") or "", language=None, wrap_lines=True)
     with tabs[6]:
-        frame = components.citations_frame(trace)
-        if frame.empty:
-            st.caption("The answer cites nothing.")
-        else:
-            st.dataframe(
-                frame,
-                hide_index=True,
-                key=f"cit_{key}",
-                column_config={"support": st.column_config.NumberColumn(format=SCORE_FORMAT)},
-                placeholder="",
-            )
+        _table(
+            components.citations_frame(trace), "The answer cites nothing.", key=f"cit_{key}", score="support"
+        )
     with tabs[7]:
         frame = components.timings_frame(trace)
         total = (trace.get("timings_ms") or {}).get("total")
