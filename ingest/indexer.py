@@ -142,7 +142,7 @@ class EmbeddingCache:
         texts: Sequence[str],
         embedder: Embedder,
         *,
-        batch: int = 256,
+        batch: int = 512,
         progress: Callable[[int, int], None] | None = None,
     ) -> tuple[list[np.ndarray], int]:
         """A vector per text (aligned), embedding only texts the cache lacks (each distinct text once) and
@@ -452,7 +452,6 @@ def _write_generation(
         chunk_vectors, report.embedded = cache.vectors(
             [passage_text(c.title, c.section, c.text) for c in embed_chunks],
             emb,
-            batch=max(8, settings.embed_batch_size * 4),
             progress=(lambda done, total: progress("embed", done, total)) if progress else None,
         )
     finally:

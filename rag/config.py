@@ -67,7 +67,11 @@ class Settings(BaseSettings):
     )
     reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
     reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
-    embed_batch_size: int = 32
+    embed_batch_size: int = Field(
+        default=8,
+        description="Texts per batch the embedding model runs (ONNX: one batch per core at once). Measured on "
+        "the EPA PDFs' chunks and sentences: 8 is 1.2x faster than 32 with either runtime.",
+    )
     embedding_runtime: Literal["onnx", "torch"] = Field(
         default="onnx",
         description="What runs the embedding model: 'onnx' (the same weights exported once to ONNX and run by "
