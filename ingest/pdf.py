@@ -16,8 +16,6 @@ import logging
 import math
 import re
 import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingest.sandbox import OUT_OF_MEMORY, run_isolated
 from rag.errors import IngestFileError
 from rag.text import normalize
 
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 
 HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
 MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
+SANDBOX_PRELOAD = ("pypdf",)  # imported once by the fork server (``ingest.sandbox``), not by each child
 EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
 
 
@@ -91,45 +91,33 @@ def _looks_like_text(head: bytes) -> bool:
     return b"\x00" not in head
 
 
-_CHILD_CODE = "import sys; sys.path.insert(0, sys.argv[1]); from ingest.pdf import _child_main; _child_main(sys.argv[2:])"
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
-
-
 def _run_child(path: Path, settings: Settings) -> PdfText:
-    """A fresh interpreter per file: nothing inherited, killed on timeout, answers with one JSON object."""
-    args = [str(path), str(settings.pdf_max_pages), str(settings.pdf_max_memory_mb)]
-    command = [sys.executable, "-c", _CHILD_CODE, _PACKAGE_ROOT, *args]
-    child = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    """A fresh forked child per file (``ingest.sandbox``), killed on timeout, answering with one JSON object."""
+    outcome = run_isolated(
+        __name__,
+        "_child_answer",
+        [str(path), settings.pdf_max_pages, settings.pdf_max_memory_mb],
+        timeout_s=settings.pdf_timeout_s,
+        max_memory_mb=settings.pdf_max_memory_mb,
     )
-    try:
-        out, err = child.communicate(timeout=settings.pdf_timeout_s)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
+    if outcome.timed_out:
         raise IngestFileError(
             "timed_out",
             f"{path}: reading took longer than {settings.pdf_timeout_s:g} s and was stopped.",
             hint="The PDF may be malformed or extremely complex; re-save it (print to PDF) or raise "
             "RAG_PDF_TIMEOUT_S.",
-        ) from None
-    except BaseException:
-        child.kill()
-        child.wait()
-        raise
-    try:
-        message = json.loads(out)
-    except ValueError:
-        raise _died(path, child.returncode, err.decode("utf-8", "replace"), settings) from None
+        )
+    if outcome.answer is None:
+        raise _died(path, outcome.code, settings)
+    message = json.loads(outcome.answer)
     if message.get("ok"):
         return PdfText(pages=tuple(message["pages"]), title=message.get("title"))
     raise IngestFileError(message["reason"], f"{path}: {message['message']}", hint=message.get("hint"))
 
 
-def _died(path: Path, code: int, stderr: str, settings: Settings) -> IngestFileError:
-    """The child ended without an answer: killed (memory), or crashed."""
-    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
-    if code < 0 or "MemoryError" in stderr or "memory" in last.lower():
+def _died(path: Path, code: int, settings: Settings) -> IngestFileError:
+    """The child ended without an answer: killed (memory), out of memory even to answer, or crashed."""
+    if code < 0 or code == OUT_OF_MEMORY:
         try:
             how = signal.Signals(-code).name if code < 0 else "MemoryError"
         except ValueError:
@@ -141,15 +129,13 @@ def _died(path: Path, code: int, stderr: str, settings: Settings) -> IngestFileE
         )
     return IngestFileError(
         "corrupt",
-        f"{path}: the PDF reader crashed on it (exit status {code}: {last[:200] or 'no message'}).",
+        f"{path}: the PDF reader crashed on it (exit status {code}).",
         hint=_CORRUPT_HINT,
     )
 
 
-def _child_main(argv: Sequence[str]) -> None:
-    """Entry point of the child: limit memory, read, print one JSON object on stdout."""
-    path, max_pages, max_memory_mb = argv[0], int(argv[1]), int(argv[2])
-    _limit_memory(max_memory_mb)
+def _child_answer(path: str, max_pages: int, max_memory_mb: int) -> bytes:
+    """What the child answers (it runs under its limits already): the pages as JSON, or why not."""
     message: dict[str, Any]
     try:
         result = read_pdf(Path(path), max_pages)
@@ -163,8 +149,14 @@ def _child_main(argv: Sequence[str]) -> None:
             "message": _oom_text(max_memory_mb),
             "hint": _OOM_HINT,
         }
-    sys.stdout.write(json.dumps(message))
-    sys.stdout.flush()
+    except Exception as exc:  # read_pdf names what it knows; anything else is a reader crash
+        message = {
+            "ok": False,
+            "reason": "corrupt",
+            "message": f"the PDF reader crashed on it ({_describe(exc)}).",
+            "hint": _CORRUPT_HINT,
+        }
+    return json.dumps(message).encode()
 
 
 _OOM_HINT = "Re-save the PDF (print to PDF) to simplify it, or raise RAG_PDF_MAX_MEMORY_MB."
@@ -172,20 +164,6 @@ _OOM_HINT = "Re-save the PDF (print to PDF) to simplify it, or raise RAG_PDF_MAX
 
 def _oom_text(max_memory_mb: int) -> str:
     return f"reading it needs more than the {max_memory_mb} MB memory limit."
-
-
-def _limit_memory(max_memory_mb: int) -> None:
-    """Cap the child's address space; best effort where the platform has no RLIMIT_AS (macOS, Windows)."""
-    try:
-        import resource
-
-        limit = max_memory_mb * 1024 * 1024
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - platform without the limit
-        pass
 
 
 def read_pdf(path: Path, max_pages: int) -> PdfText:

@@ -68,7 +68,7 @@ def test_messages_say_what_to_do(hostile: dict[str, tuple[Path, str]]) -> None:
 
 
 def test_child_is_stopped_at_the_timeout(hostile: dict[str, tuple[Path, str]]) -> None:
-    limits = Settings(pdf_timeout_s=0.01, pdf_max_pages=10_000)  # the child cannot even start in 10 ms
+    limits = Settings(pdf_timeout_s=0.01, pdf_max_pages=10_000)  # 5,000 pages cannot be read in 10 ms
     with pytest.raises(IngestFileError) as caught:
         extract_pdf(hostile["many-pages.pdf"][0], limits)
     assert caught.value.reason == "timed_out"
