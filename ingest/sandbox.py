@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -103,7 +104,7 @@ class _Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # a reader's warnings are not the user's; its failures come as answers
         )
-        self._buffer = b""
+        self._buffer = bytearray()
         try:
             ready = self._line(time.monotonic() + START_TIMEOUT_S)
         except BaseException:
@@ -137,19 +138,24 @@ class _Server:
 
     def _line(self, deadline: float, required: bool = False) -> Any:
         """The server's next line as JSON; None at the deadline (a ``SandboxError`` when ``required``)."""
-        stdout: IO[bytes] = self._process.stdout  # type: ignore[assignment]
-        fd = stdout.fileno()
-        while b"\n" not in self._buffer:
+        fd = self._process.stdout.fileno()  # type: ignore[union-attr]
+        poller = select.poll()  # not select(): a busy process's descriptors may number over 1,024
+        poller.register(fd, select.POLLIN)
+        end = self._buffer.find(b"\n")
+        while end < 0:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not poller.poll(math.ceil(left * 1000)):
                 if required:
                     raise SandboxError(f"the reader process for {self.module} stopped answering")
                 return None
-            data = os.read(fd, 1 << 16)
+            data = os.read(fd, 1 << 20)
             if not data:
                 raise SandboxError(f"the reader process for {self.module} has stopped")
+            searched = len(self._buffer)
             self._buffer += data
-        line, self._buffer = self._buffer.split(b"\n", 1)
+            end = self._buffer.find(b"\n", searched)
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
         return json.loads(line)
 
     def close(self) -> None:
@@ -222,7 +228,6 @@ def _child(writing: int, reader: Any, request: dict[str, Any]) -> None:
 def _limit(memory_mb: int, cpu_s: float) -> None:
     """Cap the address space, and the CPU time at twice the wall-clock timeout (a backstop for a child whose
     parent died before it could kill it)."""
-    import math
     import resource
 
     for which, value in (

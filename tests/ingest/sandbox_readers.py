@@ -43,3 +43,7 @@ def fail() -> bytes:
 def crash() -> bytes:
     os.kill(os.getpid(), 11)  # as a segfault in a native reader would end it
     return b""
+
+
+def big(n: int) -> bytes:
+    return b"y" * n

@@ -30,6 +30,11 @@ def test_a_child_answers_and_inherits_nothing_of_the_caller() -> None:
     assert not a["numpy"] and not a["pytest"]  # nothing this process imported
 
 
+def test_a_long_answer_arrives_whole() -> None:
+    n = 5 * 2**20 + 7  # a long document's pages: more than any single read of the pipe
+    assert run("big", n).answer == b"y" * n
+
+
 def test_a_child_past_the_timeout_is_killed_and_the_server_serves_on() -> None:
     slow = run("sleep", 30, timeout_s=0.5)
     assert slow.timed_out and slow.answer is None and slow.code == -signal.SIGKILL
