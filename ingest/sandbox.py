@@ -2,11 +2,11 @@
 
 A fork server (an interpreter started once, which has imported only the reader's module) forks one child per
 file: the child limits its address space and CPU time, calls the reader and writes the reader's answer (bytes)
-to a pipe; the server waits for it and tells the parent its exit status and answer. A child inherits nothing
-of the ingesting process (no models, no open stores, no threads), and it starts in a few milliseconds instead
-of an interpreter's start and imports (0.13 CPU-s a file for the PDF reader). The parent kills a child that
-outlives the timeout; the server, blocked waiting for it, cannot reap it before, so its pid cannot have been
-reused.
+to a pipe; the server waits for it and sends the parent its exit status, then the answer as it is. A child
+inherits nothing of the ingesting process (no models, no open stores, no threads), and it starts in a few
+milliseconds instead of an interpreter's start and imports (0.13 CPU-s a file for the PDF reader). The parent
+kills a child that outlives the timeout; the server, blocked waiting for it, cannot reap it before, so its pid
+cannot have been reused.
 
 Servers are pooled: one per reading thread at a time, kept for the next file, replaced when one dies. Each
 server reads its stdin for requests and exits when the parent does.
@@ -105,6 +105,9 @@ class _Server:
             stderr=subprocess.DEVNULL,  # a reader's warnings are not the user's; its failures come as answers
         )
         self._buffer = bytearray()
+        self._fd = self._process.stdout.fileno()  # type: ignore[union-attr]
+        self._poller = select.poll()  # not select(): a busy process's descriptors may number over 1,024
+        self._poller.register(self._fd, select.POLLIN)
         try:
             ready = self._line(time.monotonic() + START_TIMEOUT_S)
         except BaseException:
@@ -133,30 +136,42 @@ class _Server:
                 os.kill(int(started["pid"]), signal.SIGKILL)
             self._line(time.monotonic() + START_TIMEOUT_S, required=True)
             return Outcome(code=-signal.SIGKILL, answer=None, timed_out=True)
-        answer = ended.get("answer")
-        return Outcome(code=int(ended["code"]), answer=answer.encode() if answer is not None else None)
+        length = ended.get("length")
+        answer = self._bytes(int(length)) if length is not None else None
+        return Outcome(code=int(ended["code"]), answer=answer)
 
     def _line(self, deadline: float, required: bool = False) -> Any:
         """The server's next line as JSON; None at the deadline (a ``SandboxError`` when ``required``)."""
-        fd = self._process.stdout.fileno()  # type: ignore[union-attr]
-        poller = select.poll()  # not select(): a busy process's descriptors may number over 1,024
-        poller.register(fd, select.POLLIN)
         end = self._buffer.find(b"\n")
         while end < 0:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(math.ceil(left * 1000)):
+            searched = len(self._buffer)
+            if not self._read(deadline - time.monotonic()):
                 if required:
                     raise SandboxError(f"the reader process for {self.module} stopped answering")
                 return None
-            data = os.read(fd, 1 << 20)
-            if not data:
-                raise SandboxError(f"the reader process for {self.module} has stopped")
-            searched = len(self._buffer)
-            self._buffer += data
             end = self._buffer.find(b"\n", searched)
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
         return json.loads(line)
+
+    def _bytes(self, n: int) -> bytes:
+        """The ``n`` bytes of an answer, sent as they are right after its status line."""
+        while len(self._buffer) < n:
+            if not self._read(START_TIMEOUT_S):  # written with the line before it: only a dead server stalls
+                raise SandboxError(f"the reader process for {self.module} stopped answering")
+        answer = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return answer
+
+    def _read(self, wait_s: float) -> bool:
+        """Add what the server has sent to the buffer, waiting up to ``wait_s``; False when nothing came."""
+        if wait_s <= 0 or not self._poller.poll(math.ceil(wait_s * 1000)):
+            return False
+        data = os.read(self._fd, 1 << 20)
+        if not data:
+            raise SandboxError(f"the reader process for {self.module} has stopped")
+        self._buffer += data
+        return True
 
     def close(self) -> None:
         if self._process.poll() is None:
@@ -195,12 +210,12 @@ def serve(module_name: str) -> None:
         os.close(reading)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        answer = b"".join(chunks).decode("utf-8", "replace") if code == 0 and chunks else None
-        _say(out, {"code": code, "answer": answer})
+        answer = b"".join(chunks) if code == 0 and chunks else b""
+        _say(out, {"code": code, "length": len(answer) if answer else None}, answer)
 
 
-def _say(out: Any, message: dict[str, Any]) -> None:
-    out.write(json.dumps(message).encode() + b"\n")
+def _say(out: Any, message: dict[str, Any], answer: bytes = b"") -> None:
+    out.write(json.dumps(message).encode() + b"\n" + answer)
     out.flush()
 
 
@@ -219,9 +234,7 @@ def _child(writing: int, reader: Any, request: dict[str, Any]) -> None:
         code = 0
     except MemoryError:
         code = OUT_OF_MEMORY
-    except BaseException:
-        code = 1
-    finally:
+    finally:  # any other failure leaves code 1; exiting here also keeps its traceback off the terminal
         os._exit(code)
 
 
