@@ -33,7 +33,7 @@ from rag.errors import (
     StorageError,
 )
 from rag.types import Principal
-from ui import auth
+from ui import auth, oidc
 
 if TYPE_CHECKING:  # the heavy modules load lazily, inside the cached constructors
     from rag.embedder import Embedder
@@ -217,6 +217,10 @@ def render_sign_in(settings: Settings) -> None:
             icon=":material/lock:",
         )
         return
+    # A sign-in that failed comes back here with a code (ui/oidc.py); only its fixed message is shown.
+    failure = oidc.message_for(st.query_params.get(oidc.ERROR_PARAM))
+    if failure:
+        st.error(failure, icon=":material/gpp_bad:")
     st.info("Sign in with your organisation's account to ask about the policies.", icon=":material/lock:")
     if st.button("Sign in", key="auth_sign_in", icon=":material/login:", type="primary"):
         try:

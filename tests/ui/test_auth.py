@@ -26,6 +26,7 @@ from ui.auth import (
     is_loopback,
     parse_groups,
 )
+from ui.oidc import ERROR_PARAM, MESSAGES
 
 TIMEOUT = 300
 
@@ -219,6 +220,29 @@ def test_oidc_mode_not_logged_in_offers_sign_in_only(
     at.button(key="auth_sign_in").click().run()
     assert not at.chat_input
     assert any("secrets.toml" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_oidc_sign_in_page_says_why_a_sign_in_failed(
+    monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
+) -> None:
+    """ui/oidc.py sends a failed sign-in back with ?sign_in_error=CODE: the page shows that code's fixed message,
+    and nothing for a value it does not know (the address is the user's to edit)."""
+    monkeypatch.setenv("RAG_DATA_DIR", str(ui_data_dir))
+    monkeypatch.setenv("RAG_AUTH", "oidc")
+    for code, message in MESSAGES.items():
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params[ERROR_PARAM] = code
+        at.run()
+        _no_chat(at)
+        assert [e.value for e in at.error] == [message]
+        assert [b.label for b in at.button] == ["Sign in"]  # and the way to try again
+    for forged in ("<b>you are hacked</b>", "refused ", "**Call 555-0100**"):
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params[ERROR_PARAM] = forged
+        at.run()
+        _no_chat(at)
+        assert not at.error, [e.value for e in at.error]
+        assert forged not in str([m.value for m in at.markdown])
 
 
 @pytest.fixture
