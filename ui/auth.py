@@ -5,7 +5,8 @@
   settings). Headers are read in this mode only; the proxy must overwrite whatever a client sends under those
   names, and the UI port must be reachable only through the proxy (docs/ui.md).
 * ``oidc``: Streamlit's own ``st.login`` / ``st.user`` (an ``[auth]`` section in ``.streamlit/secrets.toml``),
-  groups from the ID-token claim ``RAG_AUTH_GROUPS_CLAIM``.
+  groups from the ID-token claim ``RAG_AUTH_GROUPS_CLAIM``; a token without the claim has no groups. Where it
+  meets Streamlit's routes (a failed sign-in, the identity cookie on a plain request): ``ui.oidc``.
 * ``demo``: a user picker, labelled as a demo, served only on a loopback address (scripts/start.sh).
 
 This module holds the pure parts (parsing, the checks); ``ui.services`` reads ``st.context`` / ``st.user``.

@@ -8,17 +8,24 @@ sign-in page again without a word (``/auth/login`` answers a bare "Authenticatio
 down). ``SignInErrors``, the middleware ui/server.py mounts, sends the browser instead to the sign-in page with
 ``?sign_in_error=CODE``; the page shows the fixed message for that code (``message_for``), never text from the
 request, so a crafted address can show no more than one of these sentences.
+
+``identity_from_cookies`` reads that signed identity cookie for a request outside the app's WebSocket: the route
+that serves a cited PDF (ui/serving.py) checks who is asking with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
+
+from rag.config import Settings
+from ui import auth
 
 ERROR_PARAM = "sign_in_error"
 USER_COOKIE = "_streamlit_user"  # Streamlit's signed identity cookie (its starlette_server_config)
@@ -221,3 +228,42 @@ class SignInErrors:
             await send(message)
 
         await self.app(scope, receive, guarded)
+
+
+# ----------------------------------------------------------------------------- the identity cookie
+def signed_in_user(
+    cookies: Mapping[str, str], *, secret: str | None = None, origin: str | None = None
+) -> dict[str, Any] | None:
+    """The claims Streamlit stored in its signed identity cookie after a verified sign-in, or None (no cookie, a
+    bad signature, another origin's cookie). ``secret`` and ``origin`` default to this server's cookie secret and
+    the origin of the configured ``redirect_uri``."""
+    try:
+        from streamlit.auth_util import get_cookie_with_chunks, get_origin_from_redirect_uri
+        from streamlit.web.server.server_util import get_cookie_secret
+        from streamlit.web.server.starlette.starlette_app_utils import decode_signed_value
+    except ImportError:  # a Streamlit without these helpers: nobody is signed in here (fail closed)
+        return None
+    key = str(get_cookie_secret() if secret is None else secret)
+    expected_origin = get_origin_from_redirect_uri() if origin is None else origin
+
+    def single(name: str) -> bytes | None:
+        value = cookies.get(name)
+        return None if value is None else decode_signed_value(key, name, value.encode("latin-1"))
+
+    try:
+        raw = get_cookie_with_chunks(single, USER_COOKIE)
+        payload = json.loads(raw) if raw else None
+    except (ValueError, UnicodeError):
+        return None
+    if not isinstance(payload, dict) or not expected_origin or payload.get("origin") != expected_origin:
+        return None
+    return payload
+
+
+def identity_from_cookies(
+    cookies: Mapping[str, str], settings: Settings, *, secret: str | None = None, origin: str | None = None
+) -> auth.Identity | None:
+    """Who is signed in on a plain HTTP request in OIDC mode: the identity cookie's claims, read as ``st.user``'s
+    are (ui/auth.py); None when nobody is."""
+    info = signed_in_user(cookies, secret=secret, origin=origin)
+    return None if info is None else auth.identity_from_user_info(info, settings)

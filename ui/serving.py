@@ -8,15 +8,16 @@ they had, the document and an expiry (``LINK_TTL_S``). The route then, on every 
 
 1. checks the token (signature, expiry, the document in the address is the one it was made for);
 2. works out who is asking now, from the deployment as sign-in does (ui/auth.py): in ``proxy`` mode the identity
-   headers of this request, which must name the token's user (their groups are the ones used); in ``demo`` mode
-   the user list, on a loopback server reached directly; in ``oidc`` mode the groups the ID token carried when
-   the link was made (Streamlit keeps the OIDC session in a cookie of its own format);
+   headers of this request, in ``oidc`` mode the identity cookie Streamlit signed after a verified sign-in
+   (ui/oidc.py); either must name the token's user, and their groups now are the ones used. In ``demo`` mode the
+   user list, on a loopback server reached directly;
 3. looks the document up by id in the published index and applies the same check as every view and download
    (``ui.sources.readable_source``): a document that user may not read and one that does not exist get the same
    404, so a request cannot tell them apart.
 
-A pasted link therefore opens nothing for anyone else (another user behind the proxy, a link past its expiry, a
-document swapped into the address), and nothing the index has stopped sharing with its user.
+A pasted link therefore opens nothing for anyone else (another user behind the proxy or signed in through the
+provider, a browser signed in as nobody, a link past its expiry, a document swapped into the address), and nothing
+the index has stopped sharing with its user.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from starlette.routing import Route
 
 from rag.config import Settings
 from rag.types import Principal
-from ui import auth
+from ui import auth, oidc
 
 if TYPE_CHECKING:  # ui.sources is imported when a request comes: its st.cache_data wants Streamlit's runtime
     from ui.sources import Source
@@ -159,23 +160,26 @@ def requester(
     headers: Mapping[str, Any],
     server_address: str | None,
     users: Mapping[str, frozenset[str]] | None,
+    signed_in: auth.Identity | None = None,
 ) -> Principal | None:
     """Who is asking for ``link``'s file on this request, with their groups now, or None when the deployment's
-    identity does not match the link's user. ``users``: the demo user list (demo mode only)."""
-    if settings.auth == "proxy":
-        try:
-            identity = auth.identity_from_headers(headers, settings)
-        except auth.IdentityError:
-            return None
-        if identity is None or identity.user != link.user:
-            return None
-        return identity.principal
+    identity does not match the link's user. ``users``: the demo user list (demo mode only); ``signed_in``: the
+    identity of this request's OIDC cookie (oidc mode only, ``oidc.identity_from_cookies``)."""
     if settings.auth == "demo":
         if auth.demo_refusal(server_address, headers) is not None or users is None:
             return None
         groups = users.get(link.user)
         return None if groups is None else Principal(link.user, groups)
-    return Principal(link.user, link.groups)
+    if settings.auth == "oidc":
+        identity = signed_in
+    else:
+        try:
+            identity = auth.identity_from_headers(headers, settings)
+        except auth.IdentityError:
+            return None
+    if identity is None or identity.user != link.user:
+        return None
+    return identity.principal
 
 
 def published_documents(data_dir: Path) -> dict[str, dict[str, Any]]:
@@ -204,6 +208,7 @@ def serve(
     documents: Mapping[str, dict[str, Any]],
     key: bytes,
     now: float,
+    signed_in: auth.Identity | None = None,
 ) -> Response:
     """The response to ``GET /api/source/{doc_id}?link=token``: the PDF, or a refusal that shows no file."""
     from ui.sources import NOT_AVAILABLE, readable_source
@@ -211,7 +216,7 @@ def serve(
     link = verify(token, key, now=now)
     if link is None or link.doc_id != doc_id:
         return _refusal(403, NOT_VALID)
-    principal = requester(link, settings, headers, server_address, users)
+    principal = requester(link, settings, headers, server_address, users, signed_in)
     if principal is None:
         return _refusal(403, NOT_VALID)
     source = readable_source(dict(documents), principal, doc_id)
@@ -247,8 +252,9 @@ def serve_source(request: Request) -> Response:
     try:
         settings = services.get_settings()
         users = services.load_users(settings) if settings.auth == "demo" else None
+        signed_in = oidc.identity_from_cookies(request.cookies, settings) if settings.auth == "oidc" else None
         documents = published_documents(settings.data_dir)
-    except Exception:  # unreadable settings, user list or index: nothing is served
+    except Exception:  # unreadable settings, user list, identity cookie or index: nothing is served
         from ui.sources import NOT_AVAILABLE
 
         return _refusal(404, NOT_AVAILABLE)
@@ -262,6 +268,7 @@ def serve_source(request: Request) -> Response:
         documents=documents,
         key=link_key(),
         now=time.time(),
+        signed_in=signed_in,
     )
 
 

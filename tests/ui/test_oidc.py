@@ -1,10 +1,14 @@
 """OIDC sign-in where it meets Streamlit's routes (ui/oidc.py): the middleware that turns a failed sign-in into the
-sign-in page with a message. Real HTTP through Starlette's test client, with small stand-ins for Streamlit's
-login and callback routes that answer as Streamlit's do; the provider itself is exercised for real in
-test_oidc_browser.py.
+sign-in page with a message, and the identity read from Streamlit's signed cookie. Real HTTP through Starlette's
+test client, with small stand-ins for Streamlit's login and callback routes that answer as Streamlit's do; the
+provider itself is exercised for real in test_oidc_browser.py.
 """
 
 from __future__ import annotations
+
+import base64
+import json
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -13,9 +17,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
 
+from rag.config import load_settings
 from ui import oidc
 
+SECRET = "cookie-secret-for-tests-0123456789"
 ORIGIN = "http://127.0.0.1:8501"
 
 
@@ -138,3 +145,49 @@ def test_the_middleware_follows_the_base_path_and_leaves_other_routes_alone() ->
     assert response.headers["location"] == "/bot/?sign_in_error=refused"
     assert client.get("/bot/auth/login").headers["location"] == "/bot/?sign_in_error=unavailable"
     assert client.get("/bot/").text == "the app"
+
+
+# ----------------------------------------------------------------------------- the identity cookie
+def _cookie(claims: dict[str, Any], *, secret: str = SECRET, name: str = "_streamlit_user") -> str:
+    return create_signed_value(secret, name, json.dumps(claims)).decode()
+
+
+CLAIMS = {
+    "email": "hana@example.com",
+    "sub": "hana",
+    "groups": ["staff", "hr"],
+    "origin": ORIGIN,
+    "is_logged_in": True,
+    "provider": "default",
+}
+
+
+def test_the_identity_comes_from_the_signed_cookie_only() -> None:
+    settings = load_settings(auth="oidc")
+    identity = oidc.identity_from_cookies(
+        {"_streamlit_user": _cookie(CLAIMS)}, settings, secret=SECRET, origin=ORIGIN
+    )
+    assert identity is not None and identity.user == "hana@example.com"
+    assert identity.principal.groups == frozenset({"staff", "hr"}) and identity.mode == "oidc"
+
+    def read(cookies: dict[str, str]) -> object:
+        return oidc.identity_from_cookies(cookies, settings, secret=SECRET, origin=ORIGIN)
+
+    assert read({}) is None
+    assert read({"_streamlit_user": _cookie(CLAIMS, secret="another-secret-0123456789abcdef")}) is None
+    assert read({"_streamlit_user": _cookie({**CLAIMS, "origin": "http://evil.example"})}) is None
+    assert read({"_streamlit_user": _cookie({**CLAIMS, "is_logged_in": False})}) is None
+    assert read({"_streamlit_user": _cookie(CLAIMS, name="_streamlit_user_tokens")}) is None  # another salt
+    # The claims altered after signing: the signature no longer matches.
+    body, _, rest = _cookie(CLAIMS).partition(".")
+    forged = base64.urlsafe_b64encode(json.dumps(json.dumps({**CLAIMS, "groups": ["admin"]})).encode())
+    assert read({"_streamlit_user": forged.decode().rstrip("=") + "." + rest}) is None
+    assert read({"_streamlit_user": "not a signed value"}) is None
+
+
+def test_a_token_without_the_groups_claim_gives_no_groups() -> None:
+    claims = {k: v for k, v in CLAIMS.items() if k != "groups"}
+    identity = oidc.identity_from_cookies(
+        {"_streamlit_user": _cookie(claims)}, load_settings(auth="oidc"), secret=SECRET, origin=ORIGIN
+    )
+    assert identity is not None and identity.principal.groups == frozenset()

@@ -13,14 +13,18 @@ from urllib.parse import urlsplit
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
+from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
 
 from rag.config import load_settings
 from rag.types import Principal
-from ui import serving
+from ui import oidc, serving
+from ui.auth import Identity
 from ui.sources import NOT_AVAILABLE, readable_source
 
 SAMPLE = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "pdfs"
 KEY = b"k" * 32
+COOKIE_SECRET = "streamlit-cookie-secret-0123456789"
+ORIGIN = "http://127.0.0.1:8501"
 NOW = 1_800_000_000.0
 DOCS: dict[str, dict[str, Any]] = {
     "salary": {
@@ -45,11 +49,16 @@ def _link(principal: Principal, doc_id: str, *, expires: float = NOW + 60) -> st
 
 
 def _client(mode: str, documents: dict[str, dict[str, Any]] = DOCS, tmp: Path | None = None) -> TestClient:
-    """The route as ui/server.py mounts it, but with the settings, index and key of this test."""
+    """The route as ui/server.py mounts it, but with the settings, index, keys and origin of this test."""
     settings = load_settings(data_dir=tmp or Path("."), auth=mode)
     users = {"alice": ALICE.groups, "hana": HANA.groups}
 
     def endpoint(request):  # type: ignore[no-untyped-def]
+        signed_in = (
+            oidc.identity_from_cookies(request.cookies, settings, secret=COOKIE_SECRET, origin=ORIGIN)
+            if mode == "oidc"
+            else None
+        )
         return serving.serve(
             str(request.path_params["doc_id"]),
             str(request.query_params.get(serving.LINK_PARAM) or ""),
@@ -60,6 +69,7 @@ def _client(mode: str, documents: dict[str, dict[str, Any]] = DOCS, tmp: Path | 
             documents=documents,
             key=KEY,
             now=NOW,
+            signed_in=signed_in,
         )
 
     from starlette.routing import Route
@@ -130,8 +140,15 @@ def test_the_requester_comes_from_the_deployment_on_each_request() -> None:
     assert serving.requester(link, demo, {}, "127.0.0.1", {"alice": ALICE.groups}) is None
     assert serving.requester(link, demo, {}, "0.0.0.0", users) is None
     assert serving.requester(link, demo, {"X-Forwarded-For": "10.0.0.9"}, "127.0.0.1", users) is None
-    # oidc: the groups the ID token carried when the link was made
-    assert serving.requester(link, load_settings(auth="oidc"), {}, None, None) == HANA
+    # oidc: the identity of this request's signed cookie (ui/oidc.py), which must name the link's user; the groups
+    # its verified ID token carries count, not the link's
+    oidc_settings = load_settings(auth="oidc")
+    signed_in = Identity(Principal("hana", frozenset({"staff"})), mode="oidc")
+    assert serving.requester(link, oidc_settings, {}, None, None, signed_in) == signed_in.principal
+    assert serving.requester(link, oidc_settings, {}, None, None, Identity(ALICE, mode="oidc")) is None
+    assert serving.requester(link, oidc_settings, {}, None, None) is None  # signed in as nobody
+    # proxy headers mean nothing in oidc mode
+    assert serving.requester(link, oidc_settings, _proxy("hana", "staff,hr"), None, None) is None
 
 
 # ----------------------------------------------------------------------------- the request that serves the file
@@ -202,6 +219,38 @@ def test_access_is_checked_now_not_when_the_link_was_made() -> None:
         f"/api/source/notes?link={_link(HANA, 'notes')}", headers=_proxy("hana", "hr")
     )
     assert notes.status_code == 404
+
+
+def _oidc_cookie(email: str, groups: list[str] | None, secret: str = COOKIE_SECRET) -> str:
+    """Streamlit's identity cookie after a verified sign-in (signed with its cookie secret)."""
+    claims: dict[str, Any] = {"email": email, "origin": ORIGIN, "is_logged_in": True, "provider": "default"}
+    if groups is not None:
+        claims["groups"] = groups
+    return create_signed_value(secret, "_streamlit_user", json.dumps(claims)).decode()
+
+
+def test_oidc_mode_serves_the_signed_in_user_s_groups_only() -> None:
+    client = _client("oidc")
+    hana = Principal("hana@example.com", HANA.groups)
+    url = f"/api/source/salary?link={_link(hana, 'salary')}"
+    client.cookies.set("_streamlit_user", _oidc_cookie("hana@example.com", ["staff", "hr"]))
+    ok = client.get(url)
+    assert ok.status_code == 200 and ok.content.startswith(b"%PDF")
+    client.cookies.clear()
+    assert client.get(url).status_code == 403  # the link without a signed-in browser
+    for cookie in (
+        _oidc_cookie("alice@example.com", ["staff", "hr"]),  # someone else, even with the groups
+        _oidc_cookie("hana@example.com", ["staff", "hr"], secret="not-this-server-s-secret-0123456789"),
+    ):
+        client.cookies.set("_streamlit_user", cookie)
+        response = client.get(url)
+        assert response.status_code == 403 and not response.content.startswith(b"%PDF")
+    # hana, no longer in hr by the token she signed in with: the link she made before opens nothing
+    client.cookies.set("_streamlit_user", _oidc_cookie("hana@example.com", ["staff"]))
+    assert client.get(url).status_code == 404
+    # proxy headers mean nothing in oidc mode
+    client.cookies.clear()
+    assert client.get(url, headers=_proxy("hana@example.com", "staff,hr")).status_code == 403
 
 
 def test_demo_mode_serves_the_user_list_s_groups_on_loopback_only() -> None:
