@@ -73,9 +73,18 @@ def _shot(page, name: str, *, full_page: bool = False) -> None:  # type: ignore[
 
 
 @contextmanager
-def _serve(data_dir: Path, mode: str, log_name: str) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "RAG_DATA_DIR": str(data_dir), "TQDM_DISABLE": "1", "RAG_AUTH": mode}
+def _serve(
+    data_dir: Path, mode: str, log_name: str, *, port: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`rag ui` with RAG_AUTH=mode on ``port`` (a free one by default), ``env`` added to this environment."""
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "RAG_DATA_DIR": str(data_dir),
+        "TQDM_DISABLE": "1",
+        "RAG_AUTH": mode,
+        **(env or {}),
+    }
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")  # noqa: SIM115
     proc = subprocess.Popen(
