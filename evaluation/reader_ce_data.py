@@ -3,7 +3,7 @@
     python -m evaluation.reader_ce_data --shared ../shared --out reader-ce.jsonl.gz [--nq 1500]
 
 Groups in ``evaluation.ce_train``'s format ({src, q, pos, neg, near}), one per question, every passage a sentence
-read with its heading (``heading: sentence``, as ``rag.stages.reading.ce_text`` writes it):
+read with its heading (``heading: sentence``, as ``rag.sentences.reading_text`` writes it):
 
 * ``nq``: NQ-Open (``lost-in-the-middle/nq-open-oracle.jsonl.gz``), the first ``--nq`` questions: the gold
   passage's sentences holding an answer string are positives, its other sentences negatives (same topic, no
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.graders import norm
-from rag.stages.reading import ce_text
+from rag.sentences import reading_text
 from rag.text import split_sentences
 
 
@@ -46,8 +46,8 @@ def nq_groups(shared: Path, limit: int) -> Iterator[dict[str, Any]]:
             r = json.loads(line)
             ctx = r["ctxs"][0]
             sents = [s for s in split_sentences(ctx["text"]) if len(s.split()) >= 4]
-            pos = [ce_text(ctx["title"], s) for s in sents if _holds(s, r["answers"])]
-            neg = [ce_text(ctx["title"], s) for s in sents if not _holds(s, r["answers"])][:6]
+            pos = [reading_text(ctx["title"], s) for s in sents if _holds(s, r["answers"])]
+            neg = [reading_text(ctx["title"], s) for s in sents if not _holds(s, r["answers"])][:6]
             if pos and neg:
                 yield {"src": "nq", "q": r["question"], "pos": pos, "neg": neg, "near": []}
 
@@ -72,9 +72,9 @@ def hotpot_groups(shared: Path) -> Iterator[dict[str, Any]]:
                 sents = [s for s in split_sentences(c["paragraph_text"]) if len(s.split()) >= 4]
                 if c.get("is_supporting"):
                     for s in sents:
-                        (pos if _holds(s, answers) else neg).append(ce_text(c["title"], s))
+                        (pos if _holds(s, answers) else neg).append(reading_text(c["title"], s))
                 else:
-                    neg += [ce_text(c["title"], s) for s in sents[:2] if not _holds(s, answers)]
+                    neg += [reading_text(c["title"], s) for s in sents[:2] if not _holds(s, answers)]
             if pos and neg:
                 yield {"src": "hotpot", "q": r["question_text"], "pos": pos, "neg": neg[:8], "near": []}
 

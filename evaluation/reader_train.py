@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from rag.stages.reading import DEFAULT_READER_MODEL, FEATURES, ReaderModel, ce_text, intent_features
+from rag.sentences import reading_text
+from rag.stages.reading import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 FALSE_ABSTENTION = 0.04
@@ -92,9 +93,9 @@ def examples(
     sents = evidence_sentences(evidence)
     if not sents:
         return []
-    lookup = pipeline.sentence_vector_lookup(evidence)
+    lookup = pipeline.reading_vector_lookup(evidence)
     intents = [i.text for i in result.intents] or [result.question.text]
-    qvs = pipeline.query_vectors(intents)
+    qvs = pipeline.reading_query_vectors(intents)
     features = intent_features(
         intents,
         sents,
@@ -103,7 +104,7 @@ def examples(
         passage_scores={e.n: score_of(e.candidate) for e in evidence},
         cross_encoder=cross_encoder,
     )
-    sv = lookup([s.text for s in sents])
+    sv = lookup([reading_text(s.heading, s.text) for s in sents])
     owner = _assign(quotes, intents)
     groups = []
     for j, (intent, qv, x) in enumerate(zip(intents, qvs, features, strict=True)):
@@ -120,7 +121,7 @@ def examples(
                 "intent": j,
                 "texts": [s.text for s in sents],
                 "query": intent,
-                "ce_texts": [ce_text(s.heading, s.text) for s in sents],
+                "ce_texts": [reading_text(s.heading, s.text) for s in sents],
                 "sv": sv.astype(np.float16),
                 "qv": np.asarray(qv, dtype=np.float16),
             }

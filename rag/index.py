@@ -10,6 +10,7 @@ Layout under ``<data_dir>/index``::
         tokens.npy, token_offsets.npy   each chunk's BM25 tokens, as ids into the BM25 vocabulary
         dense.npy               the chunks' vectors, L2-normalised, row i = chunk i
         sentences.npz, sentence_vectors.npy   each chunk's sentence vectors (``rag.sentences``)
+        reading.npz, reading_vectors.npy      the same sentences read by the reading encoder (``rag.models.reading``)
         edge/                   Qdrant Edge shard with the same chunks (searched with RAG_LEXICAL_BACKEND=qdrant)
     chunks.sqlite               append-only archive of every chunk text ever indexed (traces resolve old ids)
 
@@ -226,6 +227,7 @@ class Generation:
         self.token_store = TokenStore.open(self.folder, self.row_of, self.bm25.vocab, token_lists)
         del token_lists
         self.sentences = SentenceStore.load(self.folder)  # None for generations built before sentence vectors
+        self.reading = SentenceStore.load(self.folder, reading=True)  # None: built before reading vectors
         self.masks = FilterArrays(self.chunks)
         self.dense = load_dense_matrix(self.folder)  # None for a generation of the previous release
 
@@ -357,6 +359,7 @@ class IndexReader:
         self.backend: StoreBackend = backend if backend is not None else EmbeddedBackend()
         self._lock = threading.RLock()
         self._serving: _Serving | None = None
+        self._reading_warned: set[str] = set()
         try:
             self.refresh()
         except BaseException:
@@ -452,6 +455,24 @@ class IndexReader:
         """Vectors of ``rag.sentences.sentence_units(chunk.text)``, embedded at ingestion (None if absent)."""
         store = self.generation.sentences
         return store.vectors_of(chunk_id) if store is not None else None
+
+    def reading_vectors(self, chunk_id: str, model: str) -> np.ndarray | None:
+        """The reading encoder's vectors of ``rag.sentences.sentence_units(chunk.text)``, each read after the
+        chunk's heading, embedded at ingestion by ``model`` (None when the generation has none by it: an index
+        written before reading vectors, or with another reading model, until the next ingest adds them)."""
+        generation = self.generation
+        store = generation.reading
+        if store is None or store.model != model:
+            if generation.name not in self._reading_warned:
+                self._reading_warned.add(generation.name)
+                log.warning(
+                    "Index generation %s has no sentence vectors by the reading encoder %s: the evidence is read "
+                    "by embedding its sentences now, more slowly. `rag ingest PATH...` (or `--rebuild`) adds them.",
+                    generation.name,
+                    model,
+                )
+            return None
+        return store.vectors_of(chunk_id)
 
     def passage_tokens(self, chunk_id: str) -> list[str] | None:
         """``bm25_tokens(passage_text(title, section, text))`` of the chunk, as ingestion stored them (None if

@@ -17,9 +17,10 @@ from rag import trace_schema as ts
 from rag.components import Models, QueryVectors, Scoring, Search, build_stages
 from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
-from rag.embedder import Embedder, embedder_for
+from rag.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.index import IndexReader
 from rag.models import MODELS_DIR
+from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
 from rag.qdrant_server import open_index_reader
 from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
@@ -233,6 +234,7 @@ class Pipeline:
         llm: LLM | None = None,
         trace_store: TraceSink | None = None,
         reader_model: ReaderModel | None = None,
+        reading_encoder: Embedder | None = None,
     ) -> None:
         from rag.rerank import load_reranker
 
@@ -258,7 +260,16 @@ class Pipeline:
         # the cross-encoder whose logits the reader model was trained with, when it was
         ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
         cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
-        self.models = Models(reader, embedder, reranker, reader_model, cross_encoder)
+        reading_encoder = reading_encoder or reading_encoder_for(settings)
+        self.models = Models(
+            reader,
+            embedder,
+            reranker,
+            reader_model,
+            cross_encoder,
+            reading_encoder,
+            identity(settings.reading_model),
+        )
         self.queries = QueryVectors(self.models)
         self.scoring = Scoring(self.models, self.queries)
         self.search = Search(settings, self.models, self.queries)
@@ -374,6 +385,14 @@ class Pipeline:
 
     def sentence_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
         return self.scoring.sentence_vector_lookup(evidence)
+
+    def reading_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
+        """The reading encoder's vectors of evidence sentences, by ``rag.sentences.reading_text``."""
+        return self.scoring.reading_vector_lookup(evidence)
+
+    def reading_query_vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The reading encoder's vectors of query texts (cached)."""
+        return self.scoring.reading.vectors(texts)
 
     def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
         """Scores with every sentence embedded now (for callers without evidence, e.g. evaluation)."""

@@ -58,8 +58,8 @@ class Read:
             texts,
             evidence_sentences(evidence),
             model=self.models.reader_model,
-            query_vectors=self.queries.vectors(texts),
-            vectors=self.scoring.sentence_vector_lookup(evidence),
+            query_vectors=self.scoring.reading.vectors(texts),
+            vectors=self.scoring.reading_vector_lookup(evidence),
             passage_scores={e.n: score_of(e.candidate) for e in evidence},
             cross_encoder=self.models.reader_cross_encoder,
         )

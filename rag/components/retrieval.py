@@ -34,19 +34,30 @@ class Models:
     reranker: Reranker
     reader_model: ReaderModel | None = None  # the reader (rag/stages/reading.py); None when switched off
     reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
+    reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
+    reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
 
 
 class QueryVectors:
-    """Query embeddings, reused within and across requests (intents, hops, sentence scoring, the reranker)."""
+    """Query embeddings, reused within and across requests (intents, hops, sentence scoring, the reranker): by
+    the retrieval embedder, or with ``reading`` by the reading encoder."""
 
-    def __init__(self, models: Models) -> None:
+    def __init__(self, models: Models, *, reading: bool = False) -> None:
         self.models = models
+        self.reading = reading
         self.cache: dict[str, np.ndarray] = {}
+
+    @property
+    def encoder(self) -> Embedder:
+        encoder = self.models.reading_encoder if self.reading else self.models.embedder
+        if encoder is None:
+            raise ValueError("no reading encoder is loaded")
+        return encoder
 
     def vector(self, text: str) -> np.ndarray:
         vector = self.cache.get(text)
         if vector is None:
-            vector = self.models.embedder.embed_queries([text])[0]
+            vector = self.encoder.embed_queries([text])[0]
             if len(self.cache) > QUERY_CACHE_SIZE:
                 self.cache.clear()
             self.cache[text] = vector
@@ -58,7 +69,7 @@ class QueryVectors:
         if missing:
             if len(self.cache) + len(missing) > QUERY_CACHE_SIZE:
                 self.cache.clear()
-            self.cache.update(zip(missing, self.models.embedder.embed_queries(missing), strict=True))
+            self.cache.update(zip(missing, self.encoder.embed_queries(missing), strict=True))
         return [self.cache[t] for t in texts]
 
 

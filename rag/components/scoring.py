@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rag.components.retrieval import Models, QueryVectors
-from rag.sentences import sentence_units
+from rag.sentences import chunk_heading, reading_text, sentence_units
 from rag.stages.citations import claim_key, lexical_support
 from rag.stages.reading import VectorLookup
 from rag.text import bm25_tokens
@@ -17,8 +17,9 @@ from rag.types import Evidence
 
 
 class Scoring:
-    def __init__(self, models: Models, queries: QueryVectors) -> None:
+    def __init__(self, models: Models, queries: QueryVectors, reading: QueryVectors | None = None) -> None:
         self.models, self.queries = models, queries
+        self.reading = reading if reading is not None else QueryVectors(models, reading=True)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self.models.embedder.embed_queries(texts)
@@ -90,6 +91,32 @@ class Scoring:
             missing = [x for x in dict.fromkeys(texts) if x not in known]
             if missing:
                 known.update(zip(missing, self._embed(missing), strict=True))
+            return np.vstack([known[x] for x in texts]).astype(np.float32)
+
+        return lookup
+
+    def reading_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
+        """The reading encoder's vectors of evidence sentences by ``reading_text`` (heading and sentence): the
+        ones stored at ingestion, the rest (a table row read with its header, an index built before reading
+        vectors) embedded now, once each, or with ``stored_only`` a zero row."""
+        models = self.models
+        known: dict[str, np.ndarray] = {}
+        for e in evidence:
+            chunk = e.candidate.chunk
+            vectors = models.reader.reading_vectors(e.candidate.chunk_id, models.reading_model)
+            units = sentence_units(chunk.text)
+            if vectors is not None and len(vectors) == len(units):
+                heading = chunk_heading(chunk.title, chunk.section)
+                known.update((reading_text(heading, u), v) for u, v in zip(units, vectors, strict=True))
+
+        def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
+            encoder = self.reading.encoder
+            if stored_only:
+                zero = np.zeros(encoder.dim, dtype=np.float32)
+                return np.vstack([known.get(x, zero) for x in texts]).astype(np.float32)
+            missing = [x for x in dict.fromkeys(texts) if x not in known]
+            if missing:
+                known.update(zip(missing, encoder.embed_queries(missing), strict=True))
             return np.vstack([known[x] for x in texts]).astype(np.float32)
 
         return lookup

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from rag.lexicon import READER_CARDINALS
+from rag.sentences import chunk_heading
 from rag.stages.abstention import quote_user_text
 from rag.text import bm25_tokens, collapse_ws, split_sentences
 from rag.types import Evidence, Generated, Intent
@@ -215,7 +216,7 @@ def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
     for ev in evidence:
         chunk = ev.candidate.chunk
         headings = {_bare(h) for h in [chunk.title, *chunk.section.split(">")] if h.strip()}
-        heading = " > ".join(h.strip() for h in [chunk.title, chunk.section] if h.strip())
+        heading = chunk_heading(chunk.title, chunk.section)
         before, position = "", 0
         for text in split_sentences(chunk.text):
             previous, before = before, text

@@ -27,6 +27,7 @@ import numpy as np
 
 from rag.errors import ConfigurationError
 from rag.models import MODELS_DIR
+from rag.sentences import reading_text
 from rag.stages.abstention import Coverage
 from rag.stages.extractive import EvidenceSentence, asks_for_number, has_number
 from rag.text import bm25_token_set, bm25_tokens, collapse_ws
@@ -67,12 +68,6 @@ FEATURES: tuple[str, ...] = (
 PREFILTER = 8  # the cross-encoder reads the union of the 8 best sentences by cosine and by IDF coverage
 
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\uf0b7]|\d+[.)]|[a-z][.)])\s")
-
-
-def ce_text(heading: str, sentence: str) -> str:
-    """A sentence as the reader's cross-encoder reads it: after its heading (title and section path)."""
-    heading = collapse_ws(heading)
-    return f"{heading}: {collapse_ws(sentence)}" if heading else collapse_ws(sentence)
 
 
 def _rr(values: np.ndarray) -> np.ndarray:
@@ -312,14 +307,16 @@ def intent_features(
 ) -> list[np.ndarray]:
     """One (sentences x FEATURES) matrix per intent: what ``read`` scores and what the reader is trained on
     (``query_vectors``: one per intent; ``cross_encoder(intent, texts)``: logits for the ``prefiltered``
-    sentences, in ``ce_text`` form)."""
+    sentences, in ``reading_text`` form)."""
     if not sentences:
         return [np.zeros((0, len(FEATURES))) for _ in intents]
-    sv = vectors([s.text for s in sentences])
+    sv = vectors([reading_text(s.heading, s.text) for s in sentences])
     bv = np.zeros_like(sv)
     known = [i for i, s in enumerate(sentences) if s.before]
     if known:  # the sentence before is context, never worth embedding at query time
-        bv[known] = vectors([sentences[i].before for i in known], stored_only=True)
+        bv[known] = vectors(
+            [reading_text(sentences[i].heading, sentences[i].before) for i in known], stored_only=True
+        )
     passage_vectors: dict[int, np.ndarray] = {}
     for n in dict.fromkeys(s.n for s in sentences):
         centroid = sv[[i for i, s in enumerate(sentences) if s.n == n]].mean(axis=0)
@@ -337,7 +334,7 @@ def intent_features(
         )
         if cross_encoder is not None:
             chosen = prefiltered(x)
-            texts = [ce_text(sentences[i].heading, sentences[i].text) for i in chosen]
+            texts = [reading_text(sentences[i].heading, sentences[i].text) for i in chosen]
             x = with_cross_encoder(x, chosen, cross_encoder(intent, texts))
         out.append(x)
     return out

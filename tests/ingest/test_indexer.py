@@ -62,6 +62,46 @@ def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, 
     assert after == {p: t for p, t in snapshot.items() if p.name != "ingest.lock"}
 
 
+def test_an_index_without_reading_vectors_gets_them_on_the_next_ingest(
+    tmp_path: Path, embedder, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """An index written before the reading encoder (or with another reading model) keeps answering, reading its
+    evidence by embedding it at query time with a notice; the next ingest adds the vectors, embedding nothing
+    else."""
+    from rag.models.reading import identity
+    from rag.sentences import READING_FILE, READING_VECTORS_FILE, SentenceStore, reading_model_of
+
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    write_docs(docs)
+    settings = load_settings(data_dir=data)
+    assert ingest([str(docs)], settings, embedder=embedder).published
+    folder = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
+    assert reading_model_of(folder) == identity(settings.reading_model)
+    stored = SentenceStore.load(folder, reading=True)
+    assert stored is not None and len(stored.vectors) == len(SentenceStore.load(folder).vectors)  # type: ignore[union-attr]
+    (folder / READING_FILE).unlink()  # as an earlier release wrote it
+    (folder / READING_VECTORS_FILE).unlink()
+
+    reader = IndexReader(data)
+    chunk_id = reader.generation.chunk_ids[0]
+    with caplog.at_level("WARNING"):
+        assert reader.reading_vectors(chunk_id, identity(settings.reading_model)) is None
+        reader.reading_vectors(chunk_id, identity(settings.reading_model))
+    assert sum("no sentence vectors by the reading encoder" in r.message for r in caplog.records) == 1
+    reader.close()
+
+    again = ingest([str(docs)], settings, embedder=embedder)
+    assert again.published and again.embedded == 0  # no chunk embedded again
+    folder = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
+    assert reading_model_of(folder) == identity(settings.reading_model)
+    reader = IndexReader(data)
+    vectors = reader.reading_vectors(chunk_id, identity(settings.reading_model))
+    assert vectors is not None and vectors.shape[1] == 384
+    assert reader.reading_vectors(chunk_id, "another-model") is None
+    reader.close()
+    assert not ingest([str(docs)], settings, embedder=embedder).published  # and then nothing to do
+
+
 def test_new_chunk_sizes_or_rules_rechunk_files_whose_bytes_did_not_change(
     tmp_path: Path,
     embedder,  # type: ignore[no-untyped-def]
