@@ -438,7 +438,9 @@ def _write_generation(
     """
     data_dir = Path(settings.data_dir)
     model_name = settings.embedding_model
-    reading_name = identity(settings.reading_model)
+    # vectors are cached by model and text: int8 vectors (RAG_EMBEDDING_RUNTIME=onnx-int8) under their own name
+    cached_as = identity(model_name, settings.embedding_runtime)
+    reading_name = identity(settings.reading_model, settings.reading_runtime)
     old_docs = dict(manifest.documents) if manifest else {}
     upgrade = manifest is not None and any(w.is_stale(manifest) for w in writers)
     if current_name and not upgrade:
@@ -455,7 +457,7 @@ def _write_generation(
     t = time.perf_counter()
     embed_chunks = [c for d in changed for c in new_docs[d][1]]
     emb = embedder or embedder_for(settings)
-    cache = EmbeddingCache(data_dir, model_name)
+    cache = EmbeddingCache(data_dir, cached_as)
     try:
         chunk_vectors, report.embedded = cache.vectors(
             [passage_text(c.title, c.section, c.text) for c in embed_chunks],
@@ -496,7 +498,7 @@ def _write_generation(
             [c.chunk_id for c in old_chunks],
             previous_folder,
             data_dir,
-            model_name,
+            cached_as,
             emb,
         ),
         previous=previous_folder,
@@ -507,7 +509,7 @@ def _write_generation(
             writer.write(build)
         save_chunks(tmp, all_chunks)
         t_sent = time.perf_counter()
-        _sentence_store(all_chunks, data_dir, current_name, model_name, emb).save(tmp)
+        _sentence_store(all_chunks, data_dir, current_name, cached_as, emb).save(tmp)
         report.timings["embed_sentences"] = time.perf_counter() - t_sent
         t_read = time.perf_counter()
         reading = reading_encoder or reading_encoder_for(settings)

@@ -54,7 +54,8 @@ def resolve_model_dir(name: str, cache_dir: Path | None = None) -> Path:
     return path
 
 
-RUNTIMES = ("onnx", "torch")
+RUNTIMES = ("onnx", "onnx-int8", "torch")
+INT8_MIN_COSINE = 0.97  # an int8 export whose probe vectors fall below this cosine to the model's is not used
 _ONNX_OPSET = 17
 _EXPORT_RECIPE = "eager-attention"  # how the graph is traced: a new recipe writes a new export
 _PROBE = [
@@ -74,8 +75,8 @@ class OnnxEncoder:
     model's tokenizer as sentence-transformers set it) lets later processes load it without PyTorch or
     sentence-transformers (``verified``): 5-6 s and ~400 MB less to open a pipeline here."""
 
-    def __init__(self, model, folder: Path, cache_dir: Path) -> None:  # type: ignore[no-untyped-def]
-        path = self._exported(model, folder, cache_dir)
+    def __init__(self, model, folder: Path, cache_dir: Path, *, int8: bool = False) -> None:  # type: ignore[no-untyped-def]
+        path = self._exported(model, folder, cache_dir, int8=int8)
         # a copy: the model's own tokenizer pads and truncates as sentence-transformers set it
         tokenizer = model.tokenizer.backend_tokenizer.to_str()
         dim, length = int(model.get_embedding_dimension() or 0), int(model.max_seq_length)
@@ -83,7 +84,7 @@ class OnnxEncoder:
             self._open(path, dim, tokenizer, length)
         except Exception:  # a cached file damaged since it was written: export it again, once
             path.unlink(missing_ok=True)
-            path = self._exported(model, folder, cache_dir)
+            path = self._exported(model, folder, cache_dir, int8=int8)
             self._open(path, dim, tokenizer, length)
 
     def _open(self, path: Path, dim: int, tokenizer: str, max_length: int) -> None:
@@ -114,10 +115,10 @@ class OnnxEncoder:
         os.replace(tmp, self._note_path(self.path))
 
     @classmethod
-    def verified(cls, folder: Path, cache_dir: Path) -> OnnxEncoder | None:
+    def verified(cls, folder: Path, cache_dir: Path, *, int8: bool = False) -> OnnxEncoder | None:
         """The export of the model in ``folder`` as a process checked it before (``remember``), loaded without
         PyTorch; None when there is none (or it cannot be loaded: the caller then exports and checks again)."""
-        path = cls._export_path(folder, cache_dir)
+        path = cls._export_path(folder, cache_dir, int8=int8)
         try:
             note = json.loads(cls._note_path(path).read_text())
             encoder = cls.__new__(cls)
@@ -143,7 +144,7 @@ class OnnxEncoder:
         return None
 
     @staticmethod
-    def _export_path(folder: Path, cache_dir: Path) -> Path:
+    def _export_path(folder: Path, cache_dir: Path, *, int8: bool = False) -> Path:
         """Where the export of the model in ``folder`` lives: the file name carries a digest of the folder's files
         (names, sizes, times; its sentence-transformers config sets the token window) and the torch, onnx and
         opset versions (read from the installed packages, without importing them)."""
@@ -162,11 +163,17 @@ class OnnxEncoder:
                 st = f.stat()
                 stamp.append(f"{f.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}")
         key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
-        return cache_dir / f"encoder-{key}.onnx"
+        return cache_dir / f"encoder-{key}{'-int8' if int8 else ''}.onnx"
 
     @classmethod
-    def _exported(cls, model, folder: Path, cache_dir: Path) -> Path:  # type: ignore[no-untyped-def]
-        """The export for ``model`` (loaded from ``folder``), made now unless the cache holds it."""
+    def _exported(cls, model, folder: Path, cache_dir: Path, *, int8: bool = False) -> Path:  # type: ignore[no-untyped-def]
+        """The export for ``model`` (loaded from ``folder``), made now unless the cache holds it; with ``int8``
+        the float export's weight matrices quantised to int8 (``_quantised``)."""
+        if int8:
+            path = cls._export_path(folder, cache_dir, int8=True)
+            if not path.is_file():
+                _quantised(cls._exported(model, folder, cache_dir), path)
+            return path
         import os
         import tempfile
         import warnings
@@ -246,6 +253,37 @@ class OnnxEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
+def _quantised(source: Path, path: Path) -> None:
+    """``source`` with the matrix products against weights in int8 (onnxruntime's dynamic quantisation, a scale
+    per output channel; products of two activations, the attention, stay float), written as ``path``. On
+    MiniLM-L6 here: sentences 2.5x faster on 2 cores, vectors at cosine 0.99 (mean) to the float model's."""
+    import os
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    weights = {w.name for w in graph.initializer}
+    products = [n.name for n in graph.node if n.op_type == "MatMul"]
+    keep = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
+    fd, tmp = tempfile.mkstemp(suffix=".onnx.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        quantize_dynamic(
+            str(source),
+            tmp,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_exclude=[n for n in products if n not in keep],
+            per_channel=True,
+        )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def _session(path: Path, *, threads: int) -> Any:
     """An onnxruntime session on the CPU: ``threads`` intra-op threads (0: every core), never spinning while
     idle (spinning threads steal the cores the rest of the pipeline, or another process, needs)."""
@@ -307,8 +345,9 @@ def _pooled(transformer):  # type: ignore[no-untyped-def]
 class SentenceTransformerEmbedder:
     """sentence-transformers model loaded from a local folder, never from a model hub (``local_files_only``:
     nothing is changed process-wide). With ``runtime`` 'onnx' questions and passages run through
-    ``OnnxEncoder`` when the model can be exported (else PyTorch, and ``runtime`` says why); with 'torch'
-    through PyTorch."""
+    ``OnnxEncoder`` when the model can be exported (else PyTorch, and ``runtime`` says why); 'onnx-int8' the
+    same export with its weight matrices in int8 (2.5x faster on 2 cores, vectors at cosine ~0.99); with
+    'torch' through PyTorch."""
 
     def __init__(
         self,
@@ -333,7 +372,9 @@ class SentenceTransformerEmbedder:
         self._model_lock = threading.Lock()
         self._loaded: Any = None  # the PyTorch model, loaded when a text needs it (not for a checked export)
         self._onnx: OnnxEncoder | None = (
-            OnnxEncoder.verified(folder, self._cache_dir) if runtime == "onnx" else None
+            OnnxEncoder.verified(folder, self._cache_dir, int8=runtime == "onnx-int8")
+            if runtime.startswith("onnx")
+            else None
         )
         self.dim = (
             self._onnx.dim if self._onnx is not None else int(self._model.get_embedding_dimension() or 0)
@@ -351,7 +392,7 @@ class SentenceTransformerEmbedder:
         return self._loaded
 
     def _encoder(self) -> OnnxEncoder | None:
-        if self.runtime == "onnx" and self._onnx is None:
+        if self.runtime.startswith("onnx") and self._onnx is None:
             with self._lock:  # the first call loads the export (made once per model, ~6 s) for every thread
                 if self._onnx is None:
                     self._onnx, self.runtime = self._load_onnx(self._folder, self._cache_dir)
@@ -362,7 +403,7 @@ class SentenceTransformerEmbedder:
         if why is not None:
             return None, f"torch (no ONNX export: {why})"
         try:
-            encoder = OnnxEncoder(self._model, folder, cache_dir)
+            encoder = OnnxEncoder(self._model, folder, cache_dir, int8=self.runtime == "onnx-int8")
         except ImportError as exc:
             raise ConfigurationError(
                 f"RAG_EMBEDDING_RUNTIME=onnx needs onnxruntime and onnx ({exc}).",
@@ -370,13 +411,19 @@ class SentenceTransformerEmbedder:
             ) from exc
         except (OSError, RuntimeError) as exc:  # an unwritable cache, an export the exporter refuses
             return None, f"torch (ONNX export failed: {exc})"
-        drift = float(np.abs(encoder.encode(_PROBE) - self._encode(_PROBE)).max())
-        if drift > 1e-4:
-            return None, f"torch (the ONNX export differs from the model by {drift:.2g})"
+        exported, model = encoder.encode(_PROBE), self._encode(_PROBE)
+        if self.runtime == "onnx-int8":
+            cosine = float((exported * model).sum(axis=1).min())
+            if cosine < INT8_MIN_COSINE:
+                return None, f"torch (the int8 export reads at cosine {cosine:.3f} to the model)"
+        else:
+            drift = float(np.abs(exported - model).max())
+            if drift > 1e-4:
+                return None, f"torch (the ONNX export differs from the model by {drift:.2g})"
         # an unwritable cache: this process uses the export; the next one checks it again
         with contextlib.suppress(OSError):
             encoder.remember()
-        return encoder, "onnx"
+        return encoder, self.runtime
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -433,7 +480,7 @@ def reading_encoder_for(settings: Settings) -> SentenceTransformerEmbedder:
     return load_embedder(
         settings.reading_model,
         settings.embed_batch_size,
-        settings.embedding_runtime,
+        settings.reading_runtime,
         settings.model_cache_dir,
     )
 

@@ -268,7 +268,7 @@ class Pipeline:
             reader_model,
             cross_encoder,
             reading_encoder,
-            identity(settings.reading_model),
+            identity(settings.reading_model, settings.reading_runtime),
         )
         self.queries = QueryVectors(self.models)
         self.scoring = Scoring(self.models, self.queries)

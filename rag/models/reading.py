@@ -38,10 +38,12 @@ def weights_digest(path: Path = WEIGHTS) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def identity(name: str) -> str:
-    """What vectors embedded by the model ``name`` are recorded as: the shipped encoder with its weights' digest
-    (vectors of an earlier training are not reused), any other model by its name."""
-    return f"{READING_ENCODER}@{weights_digest()}" if name == READING_ENCODER else name
+def identity(name: str, runtime: str = "onnx") -> str:
+    """What vectors embedded by the model ``name`` run by ``runtime`` are recorded as: the shipped encoder with
+    its weights' digest (vectors of an earlier training are not reused), any other model by its name; int8
+    vectors (``onnx-int8``) are marked, float ones (ONNX or PyTorch, equal to 1e-6) are not."""
+    model = f"{READING_ENCODER}@{weights_digest()}" if name == READING_ENCODER else name
+    return f"{model}+int8" if runtime == "onnx-int8" else model
 
 
 def encode_difference(

@@ -76,7 +76,7 @@ def test_an_index_without_reading_vectors_gets_them_on_the_next_ingest(
     settings = load_settings(data_dir=data)
     assert ingest([str(docs)], settings, embedder=embedder).published
     folder = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
-    assert reading_model_of(folder) == identity(settings.reading_model)
+    assert reading_model_of(folder) == identity(settings.reading_model, settings.reading_runtime)
     stored = SentenceStore.load(folder, reading=True)
     assert stored is not None and len(stored.vectors) == len(SentenceStore.load(folder).vectors)  # type: ignore[union-attr]
     (folder / READING_FILE).unlink()  # as an earlier release wrote it
@@ -85,17 +85,20 @@ def test_an_index_without_reading_vectors_gets_them_on_the_next_ingest(
     reader = IndexReader(data)
     chunk_id = reader.generation.chunk_ids[0]
     with caplog.at_level("WARNING"):
-        assert reader.reading_vectors(chunk_id, identity(settings.reading_model)) is None
-        reader.reading_vectors(chunk_id, identity(settings.reading_model))
+        assert (
+            reader.reading_vectors(chunk_id, identity(settings.reading_model, settings.reading_runtime))
+            is None
+        )
+        reader.reading_vectors(chunk_id, identity(settings.reading_model, settings.reading_runtime))
     assert sum("no sentence vectors by the reading encoder" in r.message for r in caplog.records) == 1
     reader.close()
 
     again = ingest([str(docs)], settings, embedder=embedder)
     assert again.published and again.embedded == 0  # no chunk embedded again
     folder = generation_dir(data, current_generation(data))  # type: ignore[arg-type]
-    assert reading_model_of(folder) == identity(settings.reading_model)
+    assert reading_model_of(folder) == identity(settings.reading_model, settings.reading_runtime)
     reader = IndexReader(data)
-    vectors = reader.reading_vectors(chunk_id, identity(settings.reading_model))
+    vectors = reader.reading_vectors(chunk_id, identity(settings.reading_model, settings.reading_runtime))
     assert vectors is not None and vectors.shape[1] == 384
     assert reader.reading_vectors(chunk_id, "another-model") is None
     reader.close()

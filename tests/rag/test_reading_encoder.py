@@ -49,6 +49,7 @@ def test_a_difference_from_other_base_weights_is_refused() -> None:
 def test_vectors_carry_the_shipped_weights_digest() -> None:
     assert identity(READING_ENCODER) == f"{READING_ENCODER}@{weights_digest()}"
     assert identity("/some/model/folder") == "/some/model/folder"
+    assert identity("/some/model/folder", "onnx-int8") == "/some/model/folder+int8"
 
 
 @pytest.mark.slow
@@ -59,7 +60,15 @@ def test_the_shipped_encoder_is_built_once_from_the_packaged_model(tmp_path) -> 
     assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no temporary folder left behind
     from rag.embedder import SentenceTransformerEmbedder
 
+    texts = ["How many days of leave do I get?", "Annual leave: 25 days a year."]
     encoder = SentenceTransformerEmbedder(READING_ENCODER, cache_dir=tmp_path)
-    vectors = encoder.embed_queries(["How many days of leave do I get?", "Annual leave: 25 days a year."])
+    vectors = encoder.embed_queries(texts)
     assert vectors.shape == (2, 384) and encoder.runtime == "onnx"
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    int8 = SentenceTransformerEmbedder(READING_ENCODER, cache_dir=tmp_path, runtime="onnx-int8")
+    quantised = int8.embed_passages(texts)
+    assert int8.runtime == "onnx-int8" and sorted(p.name for p in tmp_path.glob("*int8.onnx"))
+    assert np.all((quantised * vectors).sum(axis=1) > 0.97) and not np.allclose(quantised, vectors, atol=1e-4)
+    again = SentenceTransformerEmbedder(READING_ENCODER, cache_dir=tmp_path, runtime="onnx-int8")
+    assert again._onnx is not None  # checked once, then loaded without PyTorch
+    np.testing.assert_allclose(again.embed_passages(texts), quantised, atol=1e-6)
