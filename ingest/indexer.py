@@ -40,8 +40,8 @@ from rag.index import (
     save_chunks,
 )
 from rag.lexical import average_length
-from rag.qdrant_server import open_index_writers
 from rag.models.reading import identity
+from rag.qdrant_server import open_index_writers
 from rag.sentences import SentenceStore, build_sentence_store, chunk_heading, reading_model_of
 from rag.stores import GenerationBuild, IndexWriter
 from rag.stores.memory import load_dense_matrix
