@@ -231,6 +231,8 @@ def summary(rows: dict[str, dict], bar: float) -> dict[str, Any]:
     return {
         "top1": f"{sum(all(r['top1']) for r in gold)}/{len(gold)}",
         "top3": f"{sum(all(r['top3']) for r in gold)}/{len(gold)}",
+        "intents_top1": f"{sum(sum(r['top1']) for r in gold)}/{sum(len(r['top1']) for r in gold)}",
+        "intents_top3": f"{sum(sum(r['top3']) for r in gold)}/{sum(len(r['top3']) for r in gold)}",
         "abstained": f"{sum(max(r['best']) < bar for r in una)}/{len(una)}",
         "false_abstention": f"{sum(max(r['best']) < bar for r in ans)}/{len(ans)}",
         "auc": round(_auc([max(r["best"]) for r in ans], [max(r["best"]) for r in una]), 3),
