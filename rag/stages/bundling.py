@@ -94,7 +94,8 @@ class _Link:
 # Passages come back request after request (and bundling tests each pool candidate against each selected
 # passage): the regex verdicts are kept per text.
 @functools.lru_cache(maxsize=50_000)
-def _has_rule_cue(text: str) -> bool:
+def has_rule_cue(text: str) -> bool:
+    """Rule wording: a modal ("must", "may"), a limit ("within", "up to") or a quantity of time ("30 days")."""
     return bool(_RULE_CUES.search(text))
 
 
@@ -108,7 +109,7 @@ def _states_rule(chunk: Chunk) -> bool:
     faulty goods under section 5") and still need the exceptions listed elsewhere."""
     if _EXCEPTION_HEADING.search(chunk.section.removeprefix(chunk.title)):
         return False
-    return _has_rule_cue(chunk.text)
+    return has_rule_cue(chunk.text)
 
 
 def _exception_level(chunk: Chunk) -> int | None:
@@ -134,7 +135,7 @@ def _rule_for_exception(exception: Chunk, other: Chunk) -> bool:
         or other.doc_id != exception.doc_id
         or other.chunk_id == exception.chunk_id
         or _exception_level(other) is not None
-        or not _has_rule_cue(other.text)
+        or not has_rule_cue(other.text)
     ):
         return False
     parent = [c.strip() for c in exception.section.split(">")][:level]

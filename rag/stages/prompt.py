@@ -75,19 +75,30 @@ def passage_header(n: int, chunk: Chunk) -> str:
 
 def _evidence_parts(evidence: Sequence[Evidence]) -> list[str]:
     """The evidence block as its lines, to be joined by newlines: fence, each passage's header and text (blank
-    lines between passages), fence. A passage that continues the one before it in its document reads as one
-    text with it: no blank line, and a short header ("[4] (continues [3])") instead of title and section."""
+    lines between passages), fence. A passage that continues the one right above it in its document reads as one
+    text with it: no blank line, and a short header ("[4] (continues [3])") instead of title and section. Edge
+    packing may put a passage before the one it continues (rag/stages/packing.py): its header then says where
+    its document goes on or came from ("(continues [5])", "(continued in [1])"), so the order of the document
+    is in the labels, not in the order of the prompt."""
+    at = {e.candidate.chunk_id: e.n for e in evidence}
     parts = [EVIDENCE_START]
     for i, e in enumerate(evidence):
         chunk = e.candidate.chunk
         before = evidence[i - 1] if i else None
+        after = evidence[i + 1] if i + 1 < len(evidence) else None
         if before is not None and before.candidate.chunk.next_id == chunk.chunk_id:
             last = before.candidate.chunk.page_end or before.candidate.chunk.page
             parts.append(f"[{e.n}] (continues [{before.n}]){_pages(chunk) if chunk.page != last else ''}")
         else:
             if i:
                 parts.append("")
-            parts.append(passage_header(e.n, chunk))
+            links = []
+            if chunk.prev_id in at:
+                links.append(f"continues [{at[chunk.prev_id]}]")
+            if chunk.next_id in at and (after is None or after.candidate.chunk_id != chunk.next_id):
+                links.append(f"continued in [{at[chunk.next_id]}]")
+            note = f" ({'; '.join(links)})" if links else ""
+            parts.append(passage_header(e.n, chunk) + note)
         parts.append(neutralise(chunk.text.strip()))
     if not evidence:
         parts.append("(no passages were found)")

@@ -184,7 +184,14 @@ def test_a_form_named_in_a_rule_is_chained_to_its_deadline(pipeline: Pipeline) -
     members = [e for e in r["evidence"] if e["bundle"] == bundle_id]
     namers = [e for e in members if "EXP-7" in e["text"] and e["doc_id"] != by_n[deadline[0]]["doc_id"]]
     assert namers, "the passage that names the form travels with the form's deadline"
-    assert max(e["n"] for e in namers) < deadline[0], "chain order: the rule naming the form, then the form"
+    # chain order (the rule naming the form, then the form) is the bundle's; at an edge of the prompt the
+    # bundle's best passage leads instead, and the prompt's order is its own
+    order = bundle["chunk_ids"]
+    assert max(order.index(e["chunk_id"]) for e in namers) < order.index(by_n[deadline[0]]["chunk_id"])
+    if deadline[0] == 1:
+        assert by_n[1]["rerank_score"] == max(e["rerank_score"] or 0.0 for e in members)
+    else:
+        assert max(e["n"] for e in namers) < deadline[0], "chain order in the middle of the prompt"
     ns = sorted(e["n"] for e in members)
     assert ns == list(range(ns[0], ns[0] + len(ns))), "a bundle is contiguous"
     assert [d for s in r["stages"] if s["name"] == "bundle" for d in s["detail"]["chains"]]

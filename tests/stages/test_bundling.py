@@ -309,7 +309,7 @@ def test_a_selected_duplicate_is_bundled_once() -> None:
     assert [member_ids(b) for b in bundles] == [["refunds:2"]]
 
 
-def test_bundle_members_stay_adjacent_and_in_document_order_after_packing() -> None:
+def test_bundle_members_stay_adjacent_and_in_document_order_but_for_the_edge_after_packing() -> None:
     pool = ranked([REFUNDS[5], LISTS[4], REFUNDS[1], LISTS[0], LEAVE[1]])
     bundles, _, _ = bundle_dependencies(pool, LOOKUP, STAFF, pool=pool)
     evidence = number_evidence(edge_pack(bundles))
@@ -317,9 +317,15 @@ def test_bundle_members_stay_adjacent_and_in_document_order_after_packing() -> N
         positions = [e.n for e in evidence if e.bundle_id == bundle.bundle_id]
         assert positions == list(range(positions[0], positions[0] + len(positions)))
         chunks: list[Chunk] = [e.candidate.chunk for e in evidence if e.bundle_id == bundle.bundle_id]
-        assert [c.ordinal for c in chunks if c.doc_id == chunks[0].doc_id] == sorted(
-            c.ordinal for c in chunks if c.doc_id == chunks[0].doc_id
-        )
+        # document order, but for the best passage of an edge bundle, which sits at the edge
+        members = [m.chunk for m in bundle.members]
+        best = max(bundle.members, key=lambda m: m.rerank_score or 0.0).chunk
+        if positions[0] == 1:
+            assert chunks[0] == best
+        if positions[0] == 1 or positions[-1] == len(evidence):
+            assert [c for c in chunks if c != best] == [c for c in members if c != best]
+        else:
+            assert chunks == members
     assert sorted(e.n for e in evidence) == list(range(1, len(evidence) + 1))
 
 
@@ -545,7 +551,8 @@ def test_selected_passages_that_follow_each_other_travel_together_in_document_or
     ]
     evidence = number_evidence(edge_pack(bundles))
     order = [e.candidate.chunk_id for e in evidence]
-    assert order.index("travel:1") == order.index("travel:0") + 1  # never split across the two ends
+    # never split across the two ends: the best (travel:1) leads, the passage before it follows
+    assert order[:2] == ["travel:1", "travel:0"]
     apart, _, _ = bundle_dependencies(selected, LOOKUP, FINANCE, join_adjacent=False)
     assert [member_ids(b) for b in apart] == [["travel:1"], ["leave:1"], ["travel:0"], ["refunds:2"]]
 

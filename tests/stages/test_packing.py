@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag.stages.packing import edge_pack, edges_order, number_evidence
+from rag.stages.packing import edge_pack, edges_order, number_evidence, states_nothing
 from rag.types import Bundle
 from tests.stages.factories import make_candidate, make_chunk
 
@@ -100,11 +100,88 @@ def test_unknown_strategy_raises() -> None:
         edge_pack(bundles(3), "middle_out")
 
 
-def test_packing_never_reorders_members_of_a_bundle() -> None:
+def test_members_no_score_tells_apart_are_never_reordered() -> None:
     steps = tuple(make_candidate(f"step {i}", doc_id="howto", ordinal=i) for i in range(3))
     chain = Bundle(1, steps, "continuation", 1.0)
     packed = edge_pack([bundles(1)[0], chain, *bundles(4)[2:]])
-    assert next(b for b in packed if b.bundle_id == 1).members == steps
+    assert packed[-1].bundle_id == 1  # the last edge
+    assert packed[-1].members == steps
+
+
+def member_bundle(bundle_id: int, scores: list[float], doc: str) -> Bundle:
+    members = tuple(
+        make_candidate(f"{doc} {i}", doc_id=doc, ordinal=i, rerank=score) for i, score in enumerate(scores)
+    )
+    return Bundle(bundle_id, members, "adjacent", max(scores))
+
+
+def texts(bundle: Bundle) -> list[str]:
+    return [m.chunk.text for m in bundle.members]
+
+
+def test_the_edge_bundles_put_their_best_passage_at_the_edge_and_the_rest_in_document_order() -> None:
+    first = member_bundle(0, [0.2, 0.9, 0.5], "a")  # A B C, B best
+    middle = member_bundle(1, [0.1, 0.3, 0.2], "m")
+    last = member_bundle(2, [0.4, 0.8, 0.6], "z")
+    packed = edge_pack([first, last, middle])
+    assert [texts(b) for b in packed] == [
+        ["a 1", "a 0", "a 2"],  # B A C: the best first, the others in document order
+        ["m 0", "m 1", "m 2"],  # the middle keeps document order
+        ["z 0", "z 2", "z 1"],  # A C B: the best last
+    ]
+    evidence = number_evidence(packed)
+    assert evidence[0].candidate.rerank_score == 0.9 and evidence[-1].candidate.rerank_score == 0.8
+
+
+def test_a_passage_that_states_nothing_never_leads() -> None:
+    heading = make_candidate(
+        "Leave Policy\n\nEffective date: 1 January 2024. Policy owner: People Team.",
+        title="Leave Policy",
+        section="Leave Policy",
+        doc_id="leave",
+        ordinal=0,
+        rerank=0.9,
+    )
+    rule = make_candidate(
+        "Full-time employees receive 25 days of paid annual leave.",
+        title="Leave Policy",
+        section="Leave Policy > 2. Annual leave",
+        doc_id="leave",
+        ordinal=1,
+        rerank=0.5,
+    )
+    assert states_nothing(heading.chunk) and not states_nothing(rule.chunk)
+    packed = edge_pack([Bundle(0, (heading, rule), "adjacent", 0.9), *bundles(3)[1:]])
+    assert number_evidence(packed)[0].candidate is rule
+    # a bundle of headings alone is not put at an edge while another bundle can be
+    only_heading = Bundle(0, (heading,), "single", 0.9)
+    packed = edge_pack([only_heading, *bundles(4)[1:]])
+    assert only_heading not in (packed[0], packed[-1])
+
+
+@pytest.mark.parametrize(
+    ("text", "nothing"),
+    [
+        ("GITLAB HANDBOOK\n360 Feedback\n\n360 Feedback", True),  # running header and title
+        ("IT Help FAQ\n\nLast updated: 1 March 2025. Owner: IT Service Desk.", True),  # metadata fields
+        ("Note: claims must be filed within 30 days.", False),  # a label, but a rule after it
+        ("Effective date: 1 July 2023. This policy replaces the 2020 policy.", False),  # a statement
+        ("3. Standard returns\n\nCustomers may return items within 45 days.", False),
+    ],
+)
+def test_what_states_nothing(text: str, nothing: bool) -> None:
+    chunk = make_chunk(text, title="360 Feedback", section="360 Feedback > GITLAB HANDBOOK > IT Help FAQ")
+    assert states_nothing(chunk) is nothing
+
+
+@given(st.lists(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4), min_size=1, max_size=10))
+def test_the_best_passage_is_first_and_the_last_bundles_best_last(scores: list[list[float]]) -> None:
+    ranked_in = sorted((member_bundle(i, s, f"d{i}") for i, s in enumerate(scores)), key=lambda b: -b.score)
+    evidence = number_evidence(edge_pack(ranked_in))
+    best = max(m.rerank_score or 0.0 for b in ranked_in for m in b.members)
+    assert evidence[0].candidate.rerank_score == best
+    if len(ranked_in) > 1:
+        assert evidence[-1].candidate.rerank_score == ranked_in[1].score
 
 
 def test_number_evidence_flattens_in_final_order_and_numbers_from_one() -> None:

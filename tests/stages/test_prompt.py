@@ -212,9 +212,24 @@ def test_a_passage_continuing_the_one_before_reads_as_one_text() -> None:
         "[3] (continues [2]) (p. 3)\n- meals over 20 EUR\n\n"
         "[4] Refund Policy\nGift cards are not refundable."
     ) in user
-    # out of document order, or not neighbours, each passage keeps its own header
-    apart = build_prompt(
-        QUESTION, [Evidence(1, make_candidate(same_page), 0), Evidence(2, make_candidate(first), 1)]
+    # not neighbours, each passage keeps its own header
+    alone = build_prompt(
+        QUESTION, [Evidence(1, make_candidate(first), 0), Evidence(2, make_candidate(other), 1)]
     )
-    assert "continues" not in apart.user
+    assert "continue" not in alone.user
+    # out of document order (edge packing leads with the best passage), each keeps its own header, and the
+    # header says where its document goes on
+    apart = build_prompt(
+        QUESTION,
+        [
+            Evidence(1, make_candidate(same_page), 0),
+            Evidence(2, make_candidate(next_page), 0),
+            Evidence(3, make_candidate(first), 0),
+        ],
+    )
+    assert (
+        "[1] Expenses \u2014 1. Receipts (p. 2) (continues [3])\n- hotels\n- flights\n"
+        "[2] (continues [1]) (p. 3)\n- meals over 20 EUR\n\n"
+        "[3] Expenses \u2014 1. Receipts (p. 2) (continued in [1])\nReceipts are required for:\n"
+    ) in apart.user
     assert apart.n_tokens == count_tokens(apart.system) + count_tokens(apart.user)
