@@ -139,6 +139,7 @@ class State:
     abstention: Abstention | None = None
     generated: Generated = Generated(text="", model="none")
     answer: str = ""
+    notice: str = ""  # what follows the generated text in the answer: the parts it leaves unanswered
     model_answer: bool = False  # the answer is a model's text (citation repair and claim repair apply)
     support: Callable[[str, str], float] | None = None  # how well a passage supports a claim
     citations: list[Citation] = field(default_factory=list)

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from rag import status
 from rag.stages.citations import cited_ids
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
@@ -154,7 +155,7 @@ def citation_verdicts(trace: dict[str, Any]) -> dict[int, str]:
 
 
 def failed_citations(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in trace.get("citations") or [] if not (c.get("valid") and c.get("supported"))]
+    return status.failed_citations(trace)
 
 
 def _cite_html(n: int, e: dict[str, Any] | None, verdict: str) -> str:
@@ -222,53 +223,44 @@ def show_failed_citations(trace: dict[str, Any]) -> None:
 
 def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """Claims of the answer that the claim check did not find supported (contradicted, unsupported, uncited)."""
-    return [c for c in trace.get("claims") or [] if c.get("verdict") != "supported"]
+    return status.unsupported_claims(trace)
 
 
 def citations_checked(trace: dict[str, Any]) -> bool:
-    """The one condition for the green "Citations checked" badge: every citation valid, every claim of the answer
-    supported by the evidence (rag/stages/claims.py), and every part of the question addressed."""
-    return bool(
-        trace.get("citations")
-        and not failed_citations(trace)
-        and trace.get("verified")
-        and (trace.get("answer_check") or {}).get("complete", True)
-    )
+    """The one condition for the green "Citations checked" badge (``rag.status.citations_checked``)."""
+    return status.citations_checked(trace)
 
 
-def badges_html(trace: dict[str, Any]) -> str:
-    out = []
-    if trace.get("abstained"):
-        out.append('<span class="rag-badge abstain">Abstained: the evidence does not answer this</span>')
-    failed = failed_citations(trace)
-    if failed:
-        ids = ", ".join(f"[{c['n']}]" for c in failed)
-        out.append(
-            f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
-        )
-    elif citations_checked(trace):
-        out.append('<span class="rag-badge ok">Citations checked</span>')
-    elif unchecked_claims(trace):
-        out.append(
-            f'<span class="rag-badge fail">{len(unchecked_claims(trace))} claim(s) not supported by the evidence</span>'
-        )
-    elif unconfirmed_intents(trace):
-        # every quote is in its passage, but the reader does not vouch that it states what was asked
-        out.append(
-            '<span class="rag-badge unconfirmed">Quoted from the sources; not confirmed as the answer</span>'
-        )
-    return "".join(out)
+ABSTAINED = "Abstained: the evidence does not answer this"
+
+
+def badges_html(trace: dict[str, Any], *, abstained: str = ABSTAINED) -> str:
+    """The answer's label, one per status (``rag.status.answer_status``): what happened, in words. ``abstained``:
+    the words for a refusal (the chat says it to employees its own way)."""
+    match status.answer_status(trace):
+        case "abstained":
+            return f'<span class="rag-badge abstain">{html.escape(abstained)}</span>'
+        case "failed_citations":
+            failed = failed_citations(trace)
+            ids = ", ".join(f"[{c['n']}]" for c in failed)
+            return f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
+        case "checked":
+            return '<span class="rag-badge ok">Citations checked</span>'
+        case "unsupported_claims":
+            n = len(unchecked_claims(trace))
+            return f'<span class="rag-badge fail">{n} claim(s) not supported by the evidence</span>'
+        case "partial":  # a part of the question is left unanswered
+            return '<span class="rag-badge abstain">Answers only part of the question</span>'
+        case (
+            "unconfirmed"
+        ):  # every quote is in its passage, but the reader does not vouch it states what was asked
+            return '<span class="rag-badge unconfirmed">Quoted from the sources; not confirmed as the answer</span>'
+    return ""
 
 
 def unconfirmed_intents(trace: dict[str, Any]) -> list[str]:
     """The parts of the question whose quoted sentence the reader did not vouch for (``supported`` False)."""
-    if trace.get("abstained"):
-        return []
-    return [
-        str(c.get("text", ""))
-        for c in (trace.get("answer_check") or {}).get("intents") or []
-        if c.get("supported") is False
-    ]
+    return status.unconfirmed_parts(trace)
 
 
 # ----------------------------------------------------------------------------- the answer

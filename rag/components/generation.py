@@ -13,7 +13,8 @@ from rag.config import Settings
 from rag.errors import GenerationError
 from rag.protocols import LLM
 from rag.request import State
-from rag.stages.abstention import abstain, covered_intents, final_answer
+from rag.stages.abstention import abstain, covered_intents, final_answer, partial_notice
+from rag.stages.answer_check import unanswered
 from rag.stages.citations import is_model_answer
 from rag.stages.extractive import extractive_answer
 from rag.stages.prompt import build_prompt
@@ -112,10 +113,21 @@ class Generate:
             abstention = abstain(state.coverage, has_evidence=bool(state.evidence))
             state = replace(state, abstention=abstention)
             generated = self.generate(state, state.llm)
-            answer = final_answer(state.question.text, state.intents, state.coverage, generated, abstention)
+            missing = unanswered(generated.text, state.intents, state.coverage.uncovered, state.reading)
+            answer = final_answer(
+                state.question.text, state.intents, state.coverage, generated, abstention, unanswered=missing
+            )
+            notice = "" if abstention else answer.removeprefix(generated.text)
             model_answer = is_model_answer(generated, use_llm=state.plan.use_llm, abstained=state.abstained)
             d.update(model=generated.model, error=generated.error)
-        return replace(state, generated=generated, answer=answer, model_answer=model_answer)
+        return replace(state, generated=generated, answer=answer, notice=notice, model_answer=model_answer)
+
+    @staticmethod
+    def notice_for(state: State, generated: Generated) -> str:
+        """The note that follows ``generated`` (another answer to the same request, e.g. the extractive fallback)
+        in the answer: the parts it leaves unanswered."""
+        missing = unanswered(generated.text, state.intents, state.coverage.uncovered, state.reading)
+        return partial_notice(state.question.text, state.intents, missing, generated)
 
     def generate(self, state: State, llm: LLM | None) -> Generated:
         if state.abstention is not None:

@@ -13,7 +13,7 @@ from rag.components.scoring import Scoring
 from rag.embedder import passage_text
 from rag.request import State
 from rag.stages.abstention import check_answer_types, decide_abstention, vouched_evidence
-from rag.stages.budget import apply_budget
+from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies, single_bundles
 from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
@@ -34,6 +34,7 @@ class Abstention:
                 abstain=coverage.abstain,
                 uncovered=[i.text for i in coverage.uncovered],
                 threshold=state.threshold,
+                best_score=max((score_of(c) for c in state.ranked), default=None),
             )
         return replace(state, coverage=coverage)
 

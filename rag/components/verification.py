@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from rag.components.generation import Extractive
+from rag.components.generation import Extractive, Generate
 from rag.components.scoring import Scoring
 from rag.config import Settings
 from rag.errors import GenerationError
 from rag.protocols import LLM
 from rag.request import State
-from rag.stages.abstention import abstention_text
+from rag.stages.answer_check import check_answer
 from rag.stages.citations import check_citations, repair_citations
 from rag.stages.claims import (
     ClaimCheck,
@@ -25,8 +25,6 @@ from rag.stages.claims import (
     summary,
     verified,
 )
-from rag.stages.extractive import address_report, check_addresses
-from rag.stages.reading import reader_support
 
 
 class Citations:
@@ -90,8 +88,7 @@ class Claims:
         assert support is not None
         if state.abstained or not evidence:
             return answer, [], {"checked": False, "reason": "abstained: no claim to check"}
-        uncovered = state.coverage.uncovered
-        notice = f"\n\n{abstention_text(state.question.text, uncovered, state.intents)}" if uncovered else ""
+        notice = state.notice
         body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
         cosine = self.scoring.claim_cosine(evidence)
         checks = check_claims(body, evidence, support=support, cosine=cosine)
@@ -139,7 +136,8 @@ class Claims:
             return text + notice, again, record
         # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
         why = fallback_notice(failed(again) or bad)
-        fallback = self.extractive.of(state).text
+        quoted = self.extractive.of(state)
+        fallback, notice = quoted.text, Generate.notice_for(state, quoted)
         final = check_claims(fallback, evidence, support=support, cosine=cosine)
         record.update(
             repaired=False,
@@ -158,11 +156,10 @@ class AnswerCheck:
     name = "answer_check"
 
     def run(self, state: State) -> State:
-        answer, intents, reading = state.answer, state.intents, state.reading
         with state.recorder.stage(self.name) as d:
-            answer_check = address_report(check_addresses(answer, intents, abstained=state.abstained))
-            if reading is not None and not state.abstained:
-                grounds = [c.evidence_sentence for c in state.claims if c.evidence_sentence]
-                answer_check = reader_support(answer, intents, reading, answer_check, grounds=grounds)
+            grounds = [c.evidence_sentence for c in state.claims if c.evidence_sentence]
+            answer_check = check_answer(
+                state.answer, state.intents, state.reading, abstained=state.abstained, grounds=grounds
+            )
             d.update(answer_check)
         return replace(state, answer_check=answer_check)

@@ -55,7 +55,7 @@ def decide_abstention(
 
     Abstain when no candidate's score (rerank, else fused) reaches ``threshold``. An intent is uncovered when
     none of the candidates retrieved for it reaches the threshold (an untagged candidate counts for intent 0).
-    ``reason`` is None when every intent is covered.
+    ``reason`` is None when every intent is covered; it is words for a person, the scores are not in it.
     """
     clearing = [c for c in reranked if score_of(c) >= threshold]
     covered = {i for c in clearing for i in intents_of(c)}
@@ -63,15 +63,10 @@ def decide_abstention(
     if not clearing:
         if not reranked:
             return Coverage(True, tuple(intents), "no passages were retrieved")
-        best = max(score_of(c) for c in reranked)
-        return Coverage(
-            True,
-            tuple(intents),
-            f"no passage reached the threshold {threshold:.3g} (best score {best:.3g})",
-        )
+        # the scores themselves stay in the trace (the abstention stage's threshold and best score)
+        return Coverage(True, tuple(intents), "no passage scored high enough to answer it")
     if uncovered:
-        missing = "; ".join(repr(i.text) for i in uncovered)
-        return Coverage(False, uncovered, f"no passage reached the threshold {threshold:.3g} for: {missing}")
+        return Coverage(False, uncovered, f"no passage scored high enough to answer {_listing(uncovered)}")
     return Coverage(False)
 
 
@@ -89,14 +84,27 @@ def final_answer(
     coverage: Coverage,
     generated: Generated,
     abstention: Abstention | None,
+    *,
+    unanswered: Sequence[Intent] | None = None,
 ) -> str:
-    """What the user reads: the abstention text when abstaining; else the generated text, followed by the
-    parts left uncovered (not after a failed generation: its extractive fallback text stands as it is)."""
+    """What the user reads: the abstention text when abstaining; else the generated text, followed by the note
+    naming the parts it leaves unanswered (``unanswered``, by default the parts left uncovered; not after a
+    failed generation: its extractive fallback text stands as it is)."""
     if abstention is not None:
         return abstention_text(question, coverage.uncovered or intents, intents)
-    if coverage.uncovered and generated.error is None:
-        return f"{generated.text}\n\n{abstention_text(question, coverage.uncovered, intents)}"
-    return generated.text
+    return generated.text + partial_notice(
+        question, intents, coverage.uncovered if unanswered is None else unanswered, generated
+    )
+
+
+def partial_notice(
+    question: str, intents: Sequence[Intent], unanswered: Sequence[Intent], generated: Generated
+) -> str:
+    """What follows an answer that leaves parts of the question unanswered ("\\n\\nI could not find anything
+    about: ..."); "" when it leaves none, or when generation failed."""
+    if not unanswered or generated.error is not None:
+        return ""
+    return f"\n\n{abstention_text(question, unanswered, intents)}"
 
 
 _MARKER_LIKE = re.compile(r"\[(\s*\d[\d\s,;\u2013\u2014-]*)\]")
@@ -228,6 +236,9 @@ def _has_unit(sentence: str, key: str) -> bool:
     return any(u in stems or u in low for u in _UNITS[key])
 
 
+# What a sentence must state, in words, for a unit that is not counted: "a number of amounts" is not English.
+_AMOUNT_OF = {"money": "an amount of money", "percent": "a percentage"}
+
 # A count opens with a number, a number word or an indefinite ("a day", "several weeks").
 _NUMBER_WORDS = rf"(?:\d+(?:[.,]\d+)?|{CARDINAL_PATTERN}|a|an|several|few)"
 _DURATION_UNITS = frozenset({"minute", "hour", "day", "week", "month", "year"})
@@ -336,8 +347,7 @@ def missing_answer_type(
         return "no passage states a date for what the question asks about"
     if key == "count":
         return f"no passage states a number of {nouns} for what the question asks about"
-    unit = "amount" if key == "money" else key
-    return f"no passage states a number of {unit}s for what the question asks about"
+    return f"no passage states {_AMOUNT_OF.get(key, f'a number of {key}s')} for what the question asks about"
 
 
 # "Is it one or two times my salary?", "24 hours or 72 hours?": a question that offers quantities to choose from

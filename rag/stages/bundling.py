@@ -68,6 +68,14 @@ _OPENS_WITH_REFERENCE = re.compile(
     r"procedure|standard)\b)|The above\b|However\b|Except as (?:noted|stated|provided|described)\b|"
     r"In (?:such|this|that) cases?\b|Otherwise\b|In addition\b)"
 )
+
+
+def opens_with_reference(text: str) -> bool:
+    """The text opens by pointing back at what came before it ("However, ...", "This applies ...", "In addition,
+    ...", "Otherwise ..."): read alone, it does not say what it is about."""
+    return _OPENS_WITH_REFERENCE.match(text) is not None
+
+
 # Words every section of a policy shares; they do not tie a rule to an exception.
 _GENERIC = frozenset(
     bm25_tokens("policy policies section exception exceptions exclusions general rules overview introduction")
@@ -366,7 +374,7 @@ class _Bundler:
             yield _Link(nxt, "continuation", added_by)
         if prev is not None and _starts_mid_list(chunk, prev):
             yield _Link(prev, "continuation", added_by)
-        elif prev is not None and _OPENS_WITH_REFERENCE.match(chunk.text):
+        elif prev is not None and opens_with_reference(chunk.text):
             yield _Link(prev, "reference", added_by)
 
     def links(self, chunk: Chunk) -> Iterator[_Link]:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from rag.lexicon import READER_CARDINALS
 from rag.sentences import chunk_heading
 from rag.stages.abstention import quote_user_text
+from rag.stages.bundling import opens_with_reference
 from rag.text import bm25_tokens, collapse_ws, split_sentences
 from rag.types import Evidence, Generated, Intent
 
@@ -367,7 +368,8 @@ def extractive_answer(
             chosen[pos].append(i)
     for pos, ids in chosen.items():
         chosen[pos] = _with_steps(sents, ids)
-    return Generated(_compose(sents, chosen, uncovered), MODEL)
+    order = _with_antecedents(sents, [i for pos in sorted(chosen) for i in chosen[pos]], continues)
+    return Generated(_compose(sents, order, uncovered), MODEL)
 
 
 _MAX_STEPS = 8
@@ -393,24 +395,67 @@ def _with_steps(sents: Sequence[EvidenceSentence], ids: Sequence[int]) -> list[i
     return out
 
 
-def _compose(
-    sents: Sequence[EvidenceSentence], chosen: dict[int, list[int]], uncovered: Sequence[Intent]
-) -> str:
-    if not chosen:
+_MAX_ANTECEDENTS = 2  # "This ..." after "However, ..." after the rule: at most two sentences back
+
+
+def _antecedent(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> int | None:
+    """The quotable sentence that sentence ``i`` follows in its document: the one before it in its passage, or,
+    for the first sentence of a passage, the last one of the passage it continues. None when a heading (or
+    nothing in the evidence) comes before it."""
+    sent = sents[i]
+    if sent.before:  # the passage's previous sentence, quotable or not
+        j = i - 1
+        return j if j >= 0 and sents[j].n == sent.n and sents[j].text == sent.before else None
+    earlier = [j for j, s in enumerate(sents) if (s.n, sent.n) in continues]
+    return earlier[-1] if earlier else None
+
+
+def _with_antecedents(
+    sents: Sequence[EvidenceSentence], order: Sequence[int], continues: set[tuple[int, int]]
+) -> list[int]:
+    """The quoted sentences in answer order, each one that opens by pointing back ("However, ...", "This ...";
+    ``opens_with_reference``) right after what it points to: the sentence before it in its document, quoted
+    first when the answer does not quote it already. One that has nothing to point to in the evidence is not
+    quoted first while the answer has a sentence that stands alone."""
+    out: list[int] = []
+    for i in order:
+        if i in out:
+            continue
+        chain = [i]
+        while opens_with_reference(sents[chain[0]].text) and len(chain) <= _MAX_ANTECEDENTS:
+            j = _antecedent(sents, chain[0], continues)
+            if j is None or j in chain:
+                break
+            chain.insert(0, j)
+        placed = next((k for k, j in enumerate(chain) if j in out), None)
+        if placed is not None:  # what it points to is quoted already: it follows that sentence
+            at = out.index(chain[placed])
+            out[at + 1 : at + 1] = [j for j in chain[placed + 1 :] if j not in out]
+        else:
+            out += chain
+    if out and opens_with_reference(sents[out[0]].text):
+        alone = next((k for k, j in enumerate(out) if not opens_with_reference(sents[j].text)), None)
+        if alone is not None:
+            out.insert(0, out.pop(alone))
+    return out
+
+
+def _compose(sents: Sequence[EvidenceSentence], order: Sequence[int], uncovered: Sequence[Intent]) -> str:
+    if not order:
         return NO_ANSWER
     # one line per quoted sentence: a sentence that spans lines in its passage (a list item, a table cell) is
     # joined, so no answer line is left without its [n]
-    lines = [f"{collapse_ws(sents[i].text)} [{sents[i].n}]" for pos in sorted(chosen) for i in chosen[pos]]
+    lines = [f"{collapse_ws(sents[i].text)} [{sents[i].n}]" for i in order]
     if uncovered:
         missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
         lines.append(f"The provided evidence does not cover: {missing}.")
-    cited = sorted({sents[i].n for ids in chosen.values() for i in ids})
+    cited = sorted({sents[i].n for i in order})
     lines.append("Sources: " + ", ".join(f"[{n}]" for n in cited))
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- does the answer answer?
-_NOT_A_CLAIM = re.compile(
+NOT_A_CLAIM = re.compile(
     r"^\s*(?:Sources?:|The provided evidence does not|I can't answer this|I could not find anything about)",
     re.I,
 )
@@ -433,8 +478,8 @@ def check_addresses(answer: str, intents: Sequence[Intent], *, abstained: bool =
     intent asks for one. An abstained answer addresses nothing. The "Citations checked" badge needs every
     intent addressed (``answer_check.complete`` in the trace)."""
     lines = answer.splitlines()
-    claims = [c for line in lines for c in split_sentences(line) if c.strip() and not _NOT_A_CLAIM.match(c)]
-    declined = " ".join(line for line in lines if _NOT_A_CLAIM.match(line))
+    claims = [c for line in lines for c in split_sentences(line) if c.strip() and not NOT_A_CLAIM.match(c)]
+    declined = " ".join(line for line in lines if NOT_A_CLAIM.match(line))
     out = []
     for intent in intents:
         wanted = set(bm25_tokens(intent.text))

@@ -373,7 +373,7 @@ def reader_coverage(coverage: Coverage, intents: Sequence[Intent], reading: Read
     for row, intent in enumerate(intents):
         if intent not in uncovered and not reading.answered(row):
             uncovered.append(intent)
-            missed.append(f"{intent.text!r} (best {reading.best(row):.2f})")
+            missed.append(f'"{intent.text}" (best {reading.best(row):.2f})')
     if not missed:
         return coverage
     reason = (

@@ -432,3 +432,56 @@ def test_user_text_in_a_refusal_is_never_a_citation() -> None:
     assert check_citations(out.text, EVIDENCE) == [] or all(
         c.n != 3 for c in check_citations(out.text, EVIDENCE)
     )
+
+
+LAPTOP = [
+    ev(
+        1,
+        "The company repairs or replaces a laptop that is lost or damaged in normal use. However, a second lost "
+        "or damaged laptop within 12 months is reviewed by your manager.",
+    ),
+    ev(2, "Report a lost laptop to the IT Service Desk within 24 hours."),
+]
+
+
+def test_a_quote_that_points_back_comes_after_what_it_points_to() -> None:
+    def however_first(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if s.startswith("However") else 0.5 if "Report" in s else 0.0 for s in sentences]
+
+    out = extractive_answer("What if I lose my laptop?", [], LAPTOP, score=however_first)
+    assert lines(out.text)[:2] == [
+        "The company repairs or replaces a laptop that is lost or damaged in normal use. [1]",
+        "However, a second lost or damaged laptop within 12 months is reviewed by your manager. [1]",
+    ]
+
+
+def test_a_quote_that_points_back_at_nothing_quoted_is_not_quoted_first() -> None:
+    # the sentence before "This" is a heading: nothing to quote with it
+    heading = make_chunk("Lost laptops\n\nThis must be reported within 24 hours.", section="Lost laptops")
+    evidence = [Evidence(1, make_candidate(heading), 1), ev(2, "A lost laptop is replaced once a year.")]
+
+    def this_first(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if s.startswith("This") else 0.9 for s in sentences]
+
+    out = extractive_answer("What if I lose my laptop?", [], evidence, score=this_first)
+    assert lines(out.text)[:2] == [
+        "A lost laptop is replaced once a year. [2]",
+        "This must be reported within 24 hours. [1]",
+    ]
+
+
+def test_a_first_sentence_that_points_back_comes_after_the_passage_it_continues() -> None:
+    first = make_chunk("Refunds are paid to the original payment method.", ordinal=1, next_id="doc-a:2")
+    second = make_chunk(
+        "Otherwise, a store credit is issued.", ordinal=2, chunk_id="doc-a:2", prev_id="doc-a:1"
+    )
+    evidence = [Evidence(1, make_candidate(second), 0), Evidence(2, make_candidate(first), 0)]
+
+    def otherwise_first(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if s.startswith("Otherwise") else 0.0 for s in sentences]
+
+    out = extractive_answer("How is a refund paid?", [], evidence, score=otherwise_first)
+    assert lines(out.text)[:2] == [
+        "Refunds are paid to the original payment method. [2]",
+        "Otherwise, a store credit is issued. [1]",
+    ]

@@ -58,21 +58,8 @@ def _contact(trace: dict[str, Any], principal: Principal) -> str:
 
 
 def _badges(trace: dict[str, Any]) -> str:
-    """ "Citations checked" only when every citation passed, every claim is supported and every intent addressed."""
-    if trace.get("abstained"):
-        return '<span class="rag-badge abstain">No answer in your policies</span>'
-    failed = components.failed_citations(trace)
-    if failed:
-        ids = ", ".join(f"[{c['n']}]" for c in failed)
-        return f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {ids}</span>'
-    if components.citations_checked(trace):
-        return '<span class="rag-badge ok">Citations checked</span>'
-    if components.unchecked_claims(trace):
-        n = len(components.unchecked_claims(trace))
-        return f'<span class="rag-badge fail">{n} claim(s) not supported by the evidence</span>'
-    if trace.get("citations"):
-        return '<span class="rag-badge abstain">Answers only part of the question</span>'
-    return ""
+    """The answer's label (``components.badges_html``), a refusal in the words an employee reads."""
+    return components.badges_html(trace, abstained="No answer in your policies")
 
 
 def searched_as_html(trace: dict[str, Any]) -> str:
