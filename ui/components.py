@@ -404,15 +404,22 @@ def chart_data(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def shape_note(ranks: Sequence[int | None]) -> str:
-    """Where the best-ranked passage sits; ``ranks`` by position (None = no rank of its own)."""
+    """Where the best-ranked passage sits in the prompt, as it is: first, last, or how far in from the nearer end.
+    ``ranks`` by position (None = no rank of its own). Only the first and the last place are edges: position 3
+    of 13 is not "near an edge" to a model that reads the middle worst."""
     ranked = [r for r in ranks if r is not None]
     best = min(ranked)
-    where = ranks.index(best)
-    depth = where / (len(ranks) - 1) if len(ranks) > 1 else 0.0
-    place = f"position {where + 1} of {len(ranks)}"
-    if depth <= 0.2 or depth >= 0.8:
-        return f"Best passage (rank {best}) sits near an edge ({place}), where models use context best."
-    return f"Best passage (rank {best}) sits in the middle ({place}), where models tend to miss it."
+    where, n = ranks.index(best), len(ranks)
+    if where == 0:
+        return f"Best passage (rank {best}) is first of {n} in the prompt, where models use context best."
+    if where == n - 1:
+        return f"Best passage (rank {best}) is last of {n} in the prompt, where models use context best."
+    inside = min(where, n - 1 - where)
+    end = "start" if where <= n - 1 - where else "end"
+    return (
+        f"Best passage (rank {best}) is at position {where + 1} of {n}, {inside} "
+        f"{'passage' if inside == 1 else 'passages'} in from the {end}: not at an edge, where models use context best."
+    )
 
 
 # ----------------------------------------------------------------------------- trace stages
@@ -487,7 +494,10 @@ def dropped_frame(trace: dict[str, Any]) -> pd.DataFrame:
 
 
 def bundles_frame(trace: dict[str, Any]) -> pd.DataFrame:
+    """One row per bundle: its members in document order, and where each of them is in the prompt (edge packing
+    puts the best passage of an edge bundle at the edge, so a member's place is its own, not its bundle's)."""
     titles = _title_of(trace)
+    position = {e["chunk_id"]: int(e["n"]) for e in trace.get("evidence") or []}
     return pd.DataFrame(
         [
             {
@@ -495,11 +505,14 @@ def bundles_frame(trace: dict[str, Any]) -> pd.DataFrame:
                 "reason": b.get("reason"),
                 "score": b.get("score"),
                 "members": len(b.get("chunk_ids") or []),
+                "positions": ", ".join(
+                    f"[{position[c]}]" if c in position else "-" for c in b.get("chunk_ids") or []
+                ),
                 "passages": " | ".join(titles.get(c, c) for c in b.get("chunk_ids") or []),
             }
             for b in trace.get("bundles") or []
         ],
-        columns=["bundle", "reason", "score", "members", "passages"],
+        columns=["bundle", "reason", "score", "members", "positions", "passages"],
     )
 
 

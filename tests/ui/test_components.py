@@ -162,9 +162,22 @@ def test_chart_puts_the_best_rank_on_top() -> None:
     )
     data = components.chart_data(frame)
     json.dumps(data.to_dict(orient="records"), default=str)  # plain values Vega can take
-    assert "near an edge (position 1 of 4)" in components.shape_note([1, 3, None, 2])
-    assert "in the middle (position 3 of 5)" in components.shape_note([3, None, 1, 4, 2])
-    assert "near an edge (position 2 of 9)" in components.shape_note([4, 1, None, 3, None, 6, 5, 15, 2])
+    assert "is first of 4 in the prompt" in components.shape_note([1, 3, None, 2])
+    assert "is last of 3 in the prompt" in components.shape_note([2, 3, 1])
+    assert "position 3 of 5, 2 passages in from the start: not at an edge" in components.shape_note(
+        [3, None, 1, 4, 2]
+    )
+    # issue 44: position 3 of 13 was called "near an edge"; it is two places in
+    thirteen = [9, 11, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 13]
+    assert "position 3 of 13, 2 passages in from the start: not at an edge" in components.shape_note(thirteen)
+    assert "1 passage in from the end" in components.shape_note([4, 2, None, 3, None, 6, 5, 1, 7])
+
+
+def test_the_bundles_table_shows_each_members_own_place_in_the_prompt() -> None:
+    # bundle 0 in document order c4, c1: edge packing put its best passage c1 first, c4 second
+    bundle = {"bundle_id": 0, "chunk_ids": ["c4", "c1", "gone"], "reason": "adjacent", "score": 1.0}
+    frame = components.bundles_frame(trace(bundles=[bundle]))
+    assert list(frame["positions"]) == ["[4], [1], -"]
 
 
 def test_candidates_say_what_became_of_each() -> None:
