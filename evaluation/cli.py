@@ -509,7 +509,9 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
         for col in (
             "suite",
             "all gold in evidence",
-            "best gold at edge",
+            "best gold at edge (bundle)",
+            "gold passage first or last",
+            "rerank-top first or last",
             "answer holds a gold quote",
             "answer holds all gold",
             "badge precision",
@@ -527,6 +529,8 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
                 r["suite"],
                 _rate_cell(r["all_gold"]),
                 _rate_cell(r["best_gold_at_edge"]),
+                _rate_cell(r.get("gold_first_or_last")),
+                _rate_cell(r.get("top_first_or_last")),
                 _rate_cell(r["answer_any_gold"]),
                 _rate_cell(r["answer_all_gold"]),
                 _rate_cell(r["badge_precision"]),
@@ -539,6 +543,9 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
                 str(r.get("ms_p50", "")),
             )
         tables.append(t)
+    text = [r for r in report["combined"] if r.get("answer_text")]
+    if text:
+        tables.append(answer_text_table(text))
     if "followup" in suites:
         tables.append(followup_table(suites["followup"]))
     if "hotpotqa" in suites:
@@ -579,6 +586,24 @@ def suite_tables(report: dict[str, Any]) -> list[Table]:
         t.add_row("cross-corpus, all", _rate_cell(u["cross_corpus"]))
         tables.append(t)
     return tables
+
+
+def answer_text_table(rows: list[dict[str, Any]]) -> Table:
+    """The answer-text check: answers whose text contradicts itself, mislabels a partial answer, opens with a
+    sentence pointing back at nothing, or gives an abstention reason that is not plain English (each should be 0)."""
+    from evaluation.graders import ANSWER_TEXT_FAULTS
+
+    t = Table(title="Answer text: answers with each fault (each should be 0)", show_lines=False)
+    t.add_column("suite")
+    t.add_column("answers")
+    for fault in ANSWER_TEXT_FAULTS:
+        t.add_column(fault.replace("_", " "))
+    for r in rows:
+        counts = r["answer_text"]
+        t.add_row(
+            r["suite"], str(counts.get("answers", 0)), *(str(counts.get(f, 0)) for f in ANSWER_TEXT_FAULTS)
+        )
+    return t
 
 
 def followup_table(f: dict[str, Any]) -> Table:

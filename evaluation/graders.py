@@ -78,6 +78,33 @@ def best_gold_at_edge(first_quote: str, evidence: Sequence[dict]) -> bool:
     return bool(pos) and bundles[pos[0]] in (bundles[0], bundles[-1])
 
 
+def first_covering(quote: str, evidence: Sequence[dict]) -> int | None:
+    """The prompt position ``n`` of the first passage that covers ``quote`` on its own, or None."""
+    return next(
+        (
+            e.get("n")
+            for e in sorted(evidence, key=lambda e: e.get("n", 0))
+            if covered(quote, [e.get("text", "")])
+        ),
+        None,
+    )
+
+
+def at_prompt_edge(n: int | None, evidence: Sequence[dict]) -> bool:
+    """Position ``n`` is the first or the last passage of the prompt: where the model reads best."""
+    ns = [e.get("n", 0) for e in evidence]
+    return n is not None and bool(ns) and n in (min(ns), max(ns))
+
+
+def rerank_top(evidence: Sequence[dict]) -> dict | None:
+    """The passage of the prompt the reranker scored highest (ties: the better rank, then the earlier position);
+    None when no passage has a rerank score."""
+    reranked = [e for e in evidence if e.get("rerank_score") is not None]
+    if not reranked:
+        return None
+    return min(reranked, key=lambda e: (-e["rerank_score"], e.get("rerank_rank") or 10**9, e.get("n", 0)))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The paper's metric (Liu et al., lost-in-the-middle/src/lost_in_the_middle/metrics.py: best_subspan_em)
 # ---------------------------------------------------------------------------------------------------------------
@@ -403,3 +430,84 @@ def is_abstention(text: str) -> bool:
     t = " ".join(answer_tokens(text)).replace(f" {BOUNDARY}", "")
     t = re.sub(r"\bcan not\b", "can not", t)
     return bool(text.strip()) and bool(_ABSTAIN.search(t))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Answer text that tells the truth (issue 44): counted over every answer of a suite, so none comes back unnoticed
+# ---------------------------------------------------------------------------------------------------------------
+ANSWER_TEXT_FAULTS = (
+    "contradicting_note",  # the partial-answer note names a part that a sentence of the answer addresses
+    "mislabelled_partial",  # labelled "partial" with every part answered, or a part unanswered and not so labelled
+    "leading_back_reference",  # the answer opens with a sentence that points back ("However", "This") at nothing
+    "unplain_reason",  # an abstention reason that does not read as plain English
+)
+# A unit that is measured, not counted: "a number of amounts" is not English.
+_UNCOUNTED = re.compile(
+    r"\ba number of (?:amounts|percents|percentages|moneys|dates|numbers|quantities)\b", re.I
+)
+_REPR_QUOTED = re.compile(r"(?:^|[\s:(\[,])'[^'\n]+'(?=$|[\s;,.)\]])")  # Python's repr() of user text
+_IDENTIFIER = re.compile(r"\b[a-z]+_[a-z_]+\b|\\[nt]")  # snake_case names, escaped newlines
+_LONG_FLOAT = re.compile(r"\d*\.\d{4,}")  # more digits than a person reads
+
+
+def plain_reason(reason: str) -> bool:
+    """An abstention reason a person reads as English: no measured unit counted ("a number of amounts"), no
+    Python-quoted text, no code names or escapes, no number with more than three decimals."""
+    return not (
+        _UNCOUNTED.search(reason)
+        or _REPR_QUOTED.search(reason)
+        or _IDENTIFIER.search(reason)
+        or _LONG_FLOAT.search(reason)
+    )
+
+
+def _named_in_note(answer: str, intents: Sequence[dict]) -> list[dict]:
+    """The intents the answer's partial-answer note ("I could not find anything about: ...") names."""
+    from rag.stages.abstention import PARTIAL, quote_user_text
+
+    notes = " ".join(line for line in answer.splitlines() if line.startswith(PARTIAL))
+    return [i for i in intents if notes and f'"{quote_user_text(str(i.get("text", "")))}"' in notes]
+
+
+def _claim_lines(answer: str) -> list[str]:
+    """The answer's own sentences: not its notes ("I could not find ...") nor its Sources line."""
+    from rag.stages.extractive import NOT_A_CLAIM
+
+    return [line for line in answer.splitlines() if line.strip() and not NOT_A_CLAIM.match(line)]
+
+
+def answer_text_faults(result: dict) -> dict[str, bool]:
+    """Which of ``ANSWER_TEXT_FAULTS`` one ``rag ask --json`` answer has.
+
+    "Addresses" is the answer check's measure (``rag.stages.extractive.check_addresses``); the label is the one
+    the chat and the trace explorer show (``rag.status.answer_status``); "points back" is the bundler's
+    (``rag.stages.bundling.opens_with_reference``)."""
+    from rag.stages.bundling import opens_with_reference
+    from rag.stages.extractive import check_addresses
+    from rag.status import answer_status, unanswered_parts
+    from rag.text import split_sentences
+    from rag.types import Intent
+
+    answer = str(result.get("answer") or "")
+    abstained = bool(result.get("abstained"))
+    intents = [i for i in result.get("intents") or [] if isinstance(i, dict)]
+    faults = dict.fromkeys(ANSWER_TEXT_FAULTS, False)
+    if abstained:
+        faults["unplain_reason"] = not plain_reason(str(result.get("abstain_reason") or ""))
+        return faults
+    named = _named_in_note(answer, intents)
+    body = "\n".join(_claim_lines(answer))
+    if named:
+        checks = check_addresses(
+            body, [Intent(int(i.get("index", 0)), str(i.get("text", ""))) for i in named]
+        )
+        faults["contradicting_note"] = any(c.addressed for c in checks)
+    status = answer_status(result)
+    unanswered = bool(named) or bool(unanswered_parts(result))
+    if status == "partial":
+        faults["mislabelled_partial"] = not unanswered
+    elif status in ("checked", "unconfirmed", "unchecked"):  # the other labels outrank "partial" by design
+        faults["mislabelled_partial"] = unanswered
+    first = next((s for line in _claim_lines(answer) for s in split_sentences(line)), "")
+    faults["leading_back_reference"] = bool(first) and opens_with_reference(first)
+    return faults

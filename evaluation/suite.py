@@ -249,7 +249,13 @@ def no_generator_ms(result: dict[str, Any]) -> float:
 
 def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     """The grader's per-question facts (``grade_evidence.py``), plus answer accuracy and cost."""
-    from evaluation.graders import best_gold_at_edge
+    from evaluation.graders import (
+        answer_text_faults,
+        at_prompt_edge,
+        best_gold_at_edge,
+        first_covering,
+        rerank_top,
+    )
     from evaluation.qa import grade_answer
 
     evidence = sorted(result.get("evidence", []), key=lambda e: e.get("n", 0))
@@ -273,17 +279,26 @@ def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
         "evidence_words": sum(len(t.split()) for t in texts),
         "ms": round(no_generator_ms(result), 3),
         "error": result.get("error"),
+        **answer_text_faults(result),
     }
+    top = rerank_top(evidence)
+    if top is not None and not abstained:
+        # the passage the reranker scored highest, first or last in the prompt (its own place, not its bundle's)
+        row["top_first_or_last"] = at_prompt_edge(top.get("n"), evidence)
     if q.quotes and not q.expects_abstention:
         hits = [covered(g, texts) for g in q.quotes]
         # what the user reads (grade_evidence.py): the answer text holds a gold quote, or every one; the badge
         # ("Citations checked") is shown on verified answers that did not abstain
         said = [covered(g, [answer]) for g in q.quotes] if answer and not abstained else [False]
+        if not abstained:  # the passage holding the first gold quote is first or last in the prompt
+            row["gold_first_or_last"] = at_prompt_edge(first_covering(q.quotes[0], evidence), evidence)
         row.update(
             quotes=len(hits),
             quotes_covered=sum(hits),
             all_gold=all(hits),
             best_gold_at_edge=best_gold_at_edge(q.quotes[0], evidence),
+            gold_position=first_covering(q.quotes[0], evidence),
+            evidence_passages=len(evidence),
             answer_any_gold=any(said),
             answer_all_gold=all(said),
             badge=bool(result.get("verified")) and not abstained,
@@ -302,6 +317,8 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         sub = [r for r in graded if r["type"] == t]
         by_type[t] = rate(sum(r["all_gold"] for r in sub), len(sub))
     answered = [r for r in answerable if not r["abstained"]] or answerable
+    placed = [r for r in graded if "gold_first_or_last" in r]
+    topped = [r for r in rows if "top_first_or_last" in r]
     badged = [r for r in graded if r["badge"]]
     complete = [r for r in graded if r["answer_all_gold"]]
     return {
@@ -309,6 +326,11 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "all_gold": rate(sum(r["all_gold"] for r in graded), len(graded)),
         "quotes_covered": rate(sum(r["quotes_covered"] for r in graded), sum(r["quotes"] for r in graded)),
         "best_gold_at_edge": rate(sum(r["best_gold_at_edge"] for r in graded), len(graded)),
+        # passage level, over answered questions: the passage holding the first gold quote, and the passage the
+        # reranker scored highest, first or last in the prompt (a missing gold passage counts as neither)
+        "gold_first_or_last": rate(sum(r["gold_first_or_last"] for r in placed), len(placed)),
+        "top_first_or_last": rate(sum(r["top_first_or_last"] for r in topped), len(topped)),
+        "answer_text": answer_text_counts(rows),
         "answer_any_gold": rate(sum(r["answer_any_gold"] for r in graded), len(graded)),
         "answer_all_gold": rate(sum(r["answer_all_gold"] for r in graded), len(graded)),
         # of the answers shown with "Citations checked", how many hold a gold quote; and how many of the answers
@@ -332,6 +354,13 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ms_p95": percentile([r["ms"] for r in rows], 95),
         "errors": sum(1 for r in rows if r["error"]),
     }
+
+
+def answer_text_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many answers have each answer-text fault (``evaluation.graders.ANSWER_TEXT_FAULTS``), of how many."""
+    from evaluation.graders import ANSWER_TEXT_FAULTS
+
+    return {"answers": len(rows), **{f: sum(bool(r.get(f)) for r in rows) for f in ANSWER_TEXT_FAULTS}}
 
 
 def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -434,6 +463,7 @@ def run_followups(
 def run_hotpot(
     pipeline: Any, records: Sequence[dict[str, Any]], options: Any, sink: Sink | None = None
 ) -> dict[str, Any]:
+    from evaluation.graders import answer_text_faults
     from evaluation.multihop import MultiHopQuestion, paragraph_id, run_multihop, summarise
 
     kinds = {str(r["question_id"]): hotpot_kind(r) for r in records}
@@ -454,6 +484,7 @@ def run_hotpot(
             sink(str(result["id"]), result)
     rows = [{**row, "kind": kinds[row["id"]]} for row in report.rows["default"]]
     out: dict[str, Any] = {"overall": summarise(rows)}
+    out["answer_text"] = answer_text_counts([answer_text_faults(r) for r in report.results["default"]])
     for kind in ("bridge", "comparison"):
         out[kind] = summarise([r for r in rows if r["kind"] == kind])
     out["rows"] = rows
@@ -620,6 +651,7 @@ def run_suites(
         out["unanswerable"] = {
             "cross_corpus": rate(sum(r["abstained"] for r in every), len(every)),
             "near_miss": rate(sum(r["abstained"] for r in near), len(near)),
+            "answer_text": answer_text_counts(every),
             "pairs": pairs,
             "rows": every,
         }
@@ -649,6 +681,8 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     "suite": name,
                     "all_gold": s["all_gold"],
                     "best_gold_at_edge": s["best_gold_at_edge"],
+                    "gold_first_or_last": s["gold_first_or_last"],
+                    "top_first_or_last": s["top_first_or_last"],
                     "answer_any_gold": s["answer_any_gold"],
                     "answer_all_gold": s["answer_all_gold"],
                     "badge_precision": s["badge_precision"],
@@ -659,6 +693,7 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     "invalid_citations": s["invalid_citations"],
                     "evidence_tokens_mean": s["evidence_tokens_mean"],
                     "ms_p50": s["ms_p50"],
+                    "answer_text": s["answer_text"],
                 }
             )
     policy = [suites[n] for n in POLICY_SUITES if n in suites]
@@ -675,6 +710,8 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     for k in (
                         "all_gold",
                         "best_gold_at_edge",
+                        "gold_first_or_last",
+                        "top_first_or_last",
                         "answer_any_gold",
                         "answer_all_gold",
                         "badge_precision",
@@ -685,6 +722,7 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     )
                 },
                 "invalid_citations": sum(s["invalid_citations"] for s in policy),
+                "answer_text": _summed([s["answer_text"] for s in policy]),
             }
         )
     if "followup" in suites:
@@ -719,7 +757,16 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
     if "unanswerable" in suites:
         u = suites["unanswerable"]
         rows.append({"suite": "unanswerable", "cross_corpus": u["cross_corpus"], "near_miss": u["near_miss"]})
+    # every answer the run gave: the policy suites' (near misses included), the cross-corpus unanswerables' and
+    # HotpotQA's; follow-ups are asked again standalone, so their answers are not counted twice
+    counted = [suites[n]["answer_text"] for n in (*POLICY_SUITES, "unanswerable", "hotpotqa") if n in suites]
+    if counted:
+        rows.append({"suite": "answer text (every answer)", "answer_text": _summed(counted)})
     return rows
+
+
+def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    return {key: sum(c.get(key, 0) for c in counts) for key in counts[0]} if counts else {}
 
 
 def strip_rows(report: dict[str, Any]) -> dict[str, Any]:

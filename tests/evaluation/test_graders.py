@@ -214,3 +214,121 @@ def test_covered_is_identical_to_the_shared_reference(shared_dir: Path) -> None:
     for quote, passages in cases:
         assert covered(quote, passages) == ref.covered(quote, passages), (quote, passages)
         assert covered(quote, passages, 0.6) == ref.covered(quote, passages, 0.6)
+
+
+# --------------------------------------------------------------------------------------- passage-level positions
+EVIDENCE = [
+    {
+        "n": 1,
+        "bundle": 0,
+        "text": "Leave Policy. Effective date: 1 January 2024.",
+        "rerank_score": 0.1,
+        "rerank_rank": 9,
+    },
+    {
+        "n": 2,
+        "bundle": 0,
+        "text": "Full-time employees receive 25 days of paid annual leave.",
+        "rerank_score": 0.9,
+        "rerank_rank": 1,
+    },
+    {"n": 3, "bundle": 1, "text": "Sick leave is 12 days.", "rerank_score": 0.5, "rerank_rank": 2},
+]
+
+
+def test_passage_positions_are_the_passages_place_not_its_bundles() -> None:
+    from evaluation.graders import at_prompt_edge, first_covering, rerank_top
+
+    quote = "Full-time employees receive 25 days of paid annual leave"
+    # the bundle is at the first edge (the grader of issue 44's 'best gold at an edge' counts it) ...
+    assert best_gold_at_edge(quote, EVIDENCE)
+    # ... but the passage is second of three: not at an edge
+    assert first_covering(quote, EVIDENCE) == 2 and not at_prompt_edge(2, EVIDENCE)
+    assert at_prompt_edge(1, EVIDENCE) and at_prompt_edge(3, EVIDENCE) and not at_prompt_edge(None, EVIDENCE)
+    assert first_covering("not in the evidence at all", EVIDENCE) is None
+    top = rerank_top(EVIDENCE)
+    assert top is not None and top["n"] == 2
+    assert rerank_top([{"n": 1, "rerank_score": None}]) is None
+
+
+# --------------------------------------------------------------------------------------- answer text
+@pytest.mark.parametrize(
+    ("reason", "plain"),
+    [
+        ("no passage states an amount of money for what the question asks about", True),
+        ('no passage scored high enough to answer "can I refund a gift card?"', True),
+        ("no passage states a number of amounts for what the question asks about", False),
+        ("no passage reached the threshold 0.0036 (best score 0.000758)", False),
+        ("no evidence sentence states what was asked: 'how long does the lockout last?' (best 0.05)", False),
+        ("answer_type: missing_unit", False),
+    ],
+)
+def test_plain_reason(reason: str, plain: bool) -> None:
+    from evaluation.graders import plain_reason
+
+    assert plain_reason(reason) is plain
+
+
+def answer(text: str, *, intents: list[str], addressed: list[bool], **extra: object) -> dict:
+    checks = [
+        {"index": i, "text": t, "addressed": a}
+        for i, (t, a) in enumerate(zip(intents, addressed, strict=True))
+    ]
+    return {
+        "answer": text,
+        "abstained": False,
+        "intents": [{"index": i, "text": t} for i, t in enumerate(intents)],
+        "citations": [{"n": 1, "valid": True, "supported": True}],
+        "claims": [{"verdict": "supported"}],
+        "verified": all(addressed),
+        "answer_check": {"complete": all(addressed), "intents": checks},
+        **extra,
+    }
+
+
+def test_a_note_that_denies_what_the_answer_quotes_is_counted() -> None:
+    from evaluation.graders import answer_text_faults
+
+    two = ["What is the refund window", "can I refund a gift card?"]
+    text = (
+        "Customers may request a refund within 45 days. [1]\nGift cards are not eligible for a refund. [1]\n\n"
+        'I could not find anything about: "can I refund a gift card?".'
+    )
+    faults = answer_text_faults(answer(text, intents=two, addressed=[True, False]))
+    assert faults["contradicting_note"] and not faults["mislabelled_partial"]  # labelled partial, as it says
+    honest = "Customers may request a refund within 45 days. [1]\n\n" + text.split("\n\n")[1]
+    assert not any(answer_text_faults(answer(honest, intents=two, addressed=[True, False])).values())
+
+
+def test_a_withheld_badge_is_not_a_partial_answer() -> None:
+    from evaluation.graders import answer_text_faults
+    from rag.status import answer_status
+
+    one = ["What should I do if I lose my company laptop?"]
+    trace = answer("Report a lost laptop to the IT Service Desk. [1]", intents=one, addressed=[True])
+    trace["answer_check"]["intents"][0]["supported"] = False  # the reader does not vouch for the quote
+    trace["verified"] = False
+    assert answer_status(trace) == "unconfirmed"
+    assert not answer_text_faults(trace)["mislabelled_partial"]
+
+
+def test_an_answer_opening_with_a_pointer_back_is_counted() -> None:
+    from evaluation.graders import answer_text_faults
+
+    one = ["What if I lose my laptop?"]
+    text = "However, a second lost laptop within 12 months is reviewed. [1]\nReport it at once. [1]\nSources: [1]"
+    assert answer_text_faults(answer(text, intents=one, addressed=[True]))["leading_back_reference"]
+    fixed = "A lost laptop is replaced. [1]\n" + text
+    assert not answer_text_faults(answer(fixed, intents=one, addressed=[True]))["leading_back_reference"]
+
+
+def test_an_abstention_is_checked_for_its_reason_only() -> None:
+    from evaluation.graders import answer_text_faults
+
+    refused = {"answer": "I can't answer this.", "abstained": True, "abstain_reason": "a number of amounts"}
+    assert answer_text_faults(refused) == {
+        "contradicting_note": False,
+        "mislabelled_partial": False,
+        "leading_back_reference": False,
+        "unplain_reason": True,
+    }

@@ -117,6 +117,9 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
             "answer_any_gold": True,
             "answer_all_gold": False,
             "badge": True,
+            "gold_first_or_last": False,
+            "top_first_or_last": True,
+            "leading_back_reference": True,
         },
         {
             "id": "b",
@@ -170,6 +173,17 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
     assert s["badge_recall"]["n"] == 0
     lo, hi = s["all_gold"]["ci95"]
     assert lo < 0.5 < hi
+    # passage level, over answered questions: the abstained one has no place in a prompt
+    assert (s["gold_first_or_last"]["k"], s["gold_first_or_last"]["n"]) == (0, 1)
+    assert (s["top_first_or_last"]["k"], s["top_first_or_last"]["n"]) == (1, 1)
+    # the answer-text check counts over every answer, unanswerables included
+    assert s["answer_text"] == {
+        "answers": 3,
+        "contradicting_note": 0,
+        "mislabelled_partial": 0,
+        "leading_back_reference": 1,
+        "unplain_reason": 0,
+    }
 
 
 @pytest.mark.slow
@@ -201,6 +215,8 @@ def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
     for key in (
         "all_gold",
         "best_gold_at_edge",
+        "gold_first_or_last",
+        "top_first_or_last",
         "unanswerable_abstained",
         "false_abstention",
         "answer_accuracy",
@@ -209,6 +225,11 @@ def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
         assert 0 <= m["ci95"][0] <= (m["rate"] or 0) <= m["ci95"][1] <= 1
     # the sample corpus answers its own questions: a real floor, not a tautology
     assert s["all_gold"]["rate"] >= 0.8 and s["invalid_citations"] == 0
+    # the reranker's best passage leads the prompt, and no answer's text contradicts itself (issue 44)
+    assert s["top_first_or_last"]["rate"] == 1.0
+    assert {k: v for k, v in s["answer_text"].items() if k != "answers"} == dict.fromkeys(
+        ("contradicting_note", "mislabelled_partial", "leading_back_reference", "unplain_reason"), 0
+    )
     assert data["combined"][0]["suite"] == "sample"
 
 
