@@ -337,7 +337,10 @@ def extractive_answer(
         numeric = asks_for_number(intent.text) or (len(intents) == 1 and asks_for_number(question))
         order = _ordered(scores, sents, min_score=min_score, numeric=numeric, tie_band=tie_band)
         taken = [i for ids in chosen.values() for i in ids]
-        pick = next((i for i in order if not any(_near_duplicate(sents[i], sents[j]) for j in taken)), None)
+        fresh = [i for i in order if not any(_near_duplicate(sents[i], sents[j]) for j in taken)]
+        # a sentence that points back at nothing the evidence holds ("This ..." under a heading) cannot answer
+        # alone: the best one that can, when there is one
+        pick = next((i for i in fresh if not _dangling(sents, i, continues)), fresh[0] if fresh else None)
         if pick is None:
             uncovered.append(intent)
             continue
@@ -369,7 +372,7 @@ def extractive_answer(
     for pos, ids in chosen.items():
         chosen[pos] = _with_steps(sents, ids)
     order = _with_antecedents(sents, [i for pos in sorted(chosen) for i in chosen[pos]], continues)
-    return Generated(_compose(sents, order, uncovered), MODEL)
+    return Generated(_compose(sents, order, uncovered, continues), MODEL)
 
 
 _MAX_STEPS = 8
@@ -410,6 +413,11 @@ def _antecedent(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[
     return earlier[-1] if earlier else None
 
 
+def _dangling(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> bool:
+    """Sentence ``i`` opens by pointing back, and the evidence holds nothing it could point to."""
+    return opens_with_reference(sents[i].text) and _antecedent(sents, i, continues) is None
+
+
 def _with_antecedents(
     sents: Sequence[EvidenceSentence], order: Sequence[int], continues: set[tuple[int, int]]
 ) -> list[int]:
@@ -440,12 +448,28 @@ def _with_antecedents(
     return out
 
 
-def _compose(sents: Sequence[EvidenceSentence], order: Sequence[int], uncovered: Sequence[Intent]) -> str:
+def _quote(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> str:
+    """Sentence ``i`` as the answer quotes it, whitespace folded. One that points back at the heading it sits
+    under ("Lost laptops" / "This must be reported within 24 hours.") is quoted with it: "Lost laptops — This
+    must be reported within 24 hours." The heading is what it points to."""
+    sent, text = sents[i], collapse_ws(sents[i].text)
+    headings = {_bare(h) for h in sent.heading.split(">") if h.strip()}
+    if sent.before and _dangling(sents, i, continues) and _is_heading(sent.before, headings):
+        return f"{collapse_ws(sent.before).lstrip('#').strip()} \u2014 {text}"
+    return text
+
+
+def _compose(
+    sents: Sequence[EvidenceSentence],
+    order: Sequence[int],
+    uncovered: Sequence[Intent],
+    continues: set[tuple[int, int]],
+) -> str:
     if not order:
         return NO_ANSWER
     # one line per quoted sentence: a sentence that spans lines in its passage (a list item, a table cell) is
     # joined, so no answer line is left without its [n]
-    lines = [f"{collapse_ws(sents[i].text)} [{sents[i].n}]" for i in order]
+    lines = [f"{_quote(sents, i, continues)} [{sents[i].n}]" for i in order]
     if uncovered:
         missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
         lines.append(f"The provided evidence does not cover: {missing}.")

@@ -455,8 +455,8 @@ def test_a_quote_that_points_back_comes_after_what_it_points_to() -> None:
     ]
 
 
-def test_a_quote_that_points_back_at_nothing_quoted_is_not_quoted_first() -> None:
-    # the sentence before "This" is a heading: nothing to quote with it
+def test_a_quote_that_points_back_at_its_heading_is_not_quoted_first() -> None:
+    # the sentence before "This" is a heading: no sentence to quote before it
     heading = make_chunk("Lost laptops\n\nThis must be reported within 24 hours.", section="Lost laptops")
     evidence = [Evidence(1, make_candidate(heading), 1), ev(2, "A lost laptop is replaced once a year.")]
 
@@ -466,8 +466,19 @@ def test_a_quote_that_points_back_at_nothing_quoted_is_not_quoted_first() -> Non
     out = extractive_answer("What if I lose my laptop?", [], evidence, score=this_first)
     assert lines(out.text)[:2] == [
         "A lost laptop is replaced once a year. [2]",
-        "This must be reported within 24 hours. [1]",
+        "Lost laptops \u2014 This must be reported within 24 hours. [1]",
     ]
+
+    # and it is not chosen as the answer while a sentence that stands alone clears the bar
+    def far_ahead(query: str, sentences: Sequence[str]) -> list[float]:
+        return [1.0 if s.startswith("This") else 0.3 for s in sentences]
+
+    alone = extractive_answer("What if I lose my laptop?", [], evidence, score=far_ahead, min_score=0.2)
+    assert lines(alone.text)[0] == "A lost laptop is replaced once a year. [2]"
+    # with nothing else to quote, it comes with what it points to: the heading it sits under
+    only = extractive_answer("What if I lose my laptop?", [], evidence[:1], score=far_ahead)
+    assert lines(only.text)[0] == "Lost laptops \u2014 This must be reported within 24 hours. [1]"
+    assert all(c.valid and c.supported for c in check_citations(only.text, evidence[:1]))
 
 
 def test_a_first_sentence_that_points_back_comes_after_the_passage_it_continues() -> None:
