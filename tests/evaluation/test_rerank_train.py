@@ -74,45 +74,117 @@ def _write_tiny_datasets(root: Path) -> None:
         f.write("\n".join(json.dumps(x) for x in nq) + "\n")
 
 
+class ReadingFake(HashEmbedder):
+    """A second hashed encoder, with another name and its own texts seen: the reading encoder's stand-in."""
+
+    name = "reading-fake"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return HashEmbedder.embed_passages(self, texts)
+
+    embed_queries = embed_passages
+
+
 def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
     from evaluation.rerank_train import train
 
     _write_tiny_datasets(tmp_path / "data")
     out = tmp_path / "model.json"
     logs: list[str] = []
+    reading = ReadingFake()
     model, report = train(
         data_dir=tmp_path / "data",
         cache_dir=tmp_path / "cache",
         out=out,
         embedder=HashEmbedder(),
+        reading_encoder=reading,
         l2_grid=(1e-2,),
         folds=2,
         log=logs.append,
     )
     loaded = FeatureModel.load(out)
-    assert loaded.name == "features-v2" and loaded.uses_sentences
+    assert loaded.name == "features-v3" and loaded.uses_sentences and loaded.uses_reading
     assert loaded.features == FEATURE_NAMES and np.allclose(loaded.weights, model.weights, atol=1e-6)
+    assert loaded.meta["reading_model"] == "reading-fake"
     assert 0.0 <= loaded.abstain_threshold < 1.0 and loaded.abstain_threshold == model.abstain_threshold
     assert report["abstain_threshold"]["value"] == model.abstain_threshold
     assert set(report["heldout"]) == {"scifact", "nq"}
     for r in report["heldout"].values():
-        assert 0.0 <= r["features-v2"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
-        assert "features-v1" in r  # the previous model, scored on the same held-out lists
-    assert "without sentence features" in report["cv_ablation_ndcg@10"]
+        assert 0.0 <= r["features-v3"]["ndcg@10"] <= 1.0 and r["fused"]["queries"] > 0
+        assert {"features-v1", "features-v2"} <= set(
+            r
+        )  # the earlier models, scored on the same held-out lists
+    assert set(report["cv_ablation_ndcg@10"]) == {
+        "without reading features",
+        "without sentence features (reading kept)",
+        "without sentence or reading features",
+    }
     assert any("wrote" in line for line in logs)
     assert list((tmp_path / "cache").glob("*.npy"))  # embeddings cached for reruns
     assert list((tmp_path / "cache").glob("scifact-sentences-*.npy"))  # sentence vectors too
-    # rerunning reproduces the weights exactly (from the cache)
+    assert list((tmp_path / "cache").glob("scifact-reading-*.npy"))  # and the reading encoder's
+    # the reading encoder read each sentence after its passage's title, and the queries
+    assert any(": " in t and t.split(": ", 1)[0].startswith("term") for t in reading.seen)
+    # rerunning reproduces the weights exactly (from the cache: nothing embedded again)
+    reading.seen.clear()
     again, _ = train(
         data_dir=tmp_path / "data",
         cache_dir=tmp_path / "cache",
         out=None,
         embedder=HashEmbedder(),
+        reading_encoder=reading,
         l2_grid=(1e-2,),
         folds=2,
         log=lambda _: None,
     )
     assert np.array_equal(again.weights, model.weights) and again.abstain_threshold == model.abstain_threshold
+    assert reading.seen == []
+
+
+def test_train_an_earlier_feature_set_reads_no_reading_vectors(tmp_path: Path) -> None:
+    from evaluation.rerank_train import MODEL_FEATURES, train
+
+    _write_tiny_datasets(tmp_path / "data")
+    reading = ReadingFake()
+    model, report = train(
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        out=None,
+        features=MODEL_FEATURES["features-v2"],
+        name="features-v2",
+        embedder=HashEmbedder(),
+        reading_encoder=reading,
+        l2_grid=(1e-2,),
+        folds=2,
+        log=lambda _: None,
+    )
+    assert model.features == MODEL_FEATURES["features-v2"] and not model.uses_reading
+    assert "reading_model" not in model.meta and reading.seen == []
+    assert set(report["cv_ablation_ndcg@10"]) == {"without sentence features"}
+    assert set(report["heldout"]["scifact"]) == {"fused", "features-v1", "features-v2"}  # v2 is itself
+
+
+def test_feature_sets_and_their_ablations() -> None:
+    from evaluation.rerank_train import MODEL_FEATURES, V1_FEATURES, V2_FEATURES, ablations
+    from rag.rerank import READING_FEATURES, SENTENCE_FEATURES
+
+    assert MODEL_FEATURES["features-v3"] == FEATURE_NAMES
+    assert set(FEATURE_NAMES) - set(V2_FEATURES) == READING_FEATURES
+    assert set(V2_FEATURES) - set(V1_FEATURES) == SENTENCE_FEATURES
+    for name in ("features-v1", "features-v2"):  # the committed files weigh exactly these
+        assert FeatureModel.load(Path(f"rag/models/{_FILES[name]}")).features == MODEL_FEATURES[name]
+    assert ablations(V1_FEATURES) == {}
+    assert ablations(V2_FEATURES) == {"without sentence features": V1_FEATURES}
+    v3 = ablations(FEATURE_NAMES)
+    assert v3["without reading features"] == V2_FEATURES
+    assert v3["without sentence or reading features"] == V1_FEATURES
+
+
+_FILES = {"features-v1": "reranker_features_v1.json", "features-v2": "reranker_features.json"}
 
 
 def test_abstain_threshold_leaves_under_two_percent_of_gold_below() -> None:

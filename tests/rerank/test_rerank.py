@@ -24,6 +24,7 @@ from rag.rerank import (
     DEFAULT_FEATURE_MODEL,
     FEATURE_MODELS,
     FEATURE_NAMES,
+    READING_FEATURES,
     SENTENCE_FEATURES,
     CrossEncoderReranker,
     FeatureModel,
@@ -612,6 +613,271 @@ def test_pipeline_feeds_the_reranker_stored_sentence_vectors_and_its_query_vecto
     assert reranker.passage_tokens == reader.passage_tokens
     assert reranker.query_vector == pipeline.query_vector
     assert pipeline.abstain_threshold == reranker.abstain_threshold > 0
+
+
+# --------------------------------------------------------------------------------------- reading features
+
+# features-v1/-v2's columns as they were before the reading features joined FEATURE_NAMES
+V2_COLUMNS = (
+    "bm25_log",
+    "bm25_norm",
+    "bm25_rr",
+    "bm25_present",
+    "dense_cos",
+    "dense_norm",
+    "dense_rr",
+    "dense_present",
+    "fused_norm",
+    "fused_rr",
+    "coverage_idf",
+    "coverage",
+    "bigram",
+    "title_overlap",
+    "numbers",
+    "log_len",
+    "maxsim",
+    "maxsim_norm",
+    "top2sim",
+    "maxsim_rank_rr",
+)
+READING_COLUMNS = ("read_maxsim", "read_maxsim_norm", "read_top2sim", "read_maxsim_rank_rr")
+
+
+def _seeded_vectors(dim: int = 8) -> tuple[list[Candidate], np.ndarray, dict[str, np.ndarray]]:
+    """The test candidates, a query vector and one vector per sentence unit, from a fixed seed."""
+    from rag.sentences import sentence_units
+
+    rng = np.random.default_rng(43)
+    cands = make_candidates()
+
+    def unit(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    q = unit(1)[0]
+    return cands, q, {c.chunk_id: unit(len(sentence_units(c.chunk.text))) for c in cands}
+
+
+def test_committed_models_score_exactly_as_before_the_reading_features() -> None:
+    """features-v1 and -v2 pick their columns by name: the reading features appended to FEATURE_NAMES leave their
+    scores bit for bit as the code before them gave (pinned from that code on these seeded vectors)."""
+    assert FEATURE_NAMES[: len(V2_COLUMNS)] == V2_COLUMNS
+    assert set(FEATURE_NAMES) - set(V2_COLUMNS) == set(READING_COLUMNS) == READING_FEATURES
+    cands, q, stored = _seeded_vectors()
+    before = {
+        "features-v1": [
+            ("c0", 0.5393432655414122),
+            ("c1", 0.3472196012146178),
+            ("c2", 0.043495719110888106),
+            ("c4", 0.019975669276484212),
+            ("c3", 0.0033051760632247375),
+        ],
+        "features-v2": [
+            ("c0", 0.8381179651586893),
+            ("c3", 0.007059979789906689),
+            ("c1", 0.006077852183769364),
+            ("c4", 0.0031091630619297867),
+            ("c2", 8.817569178987822e-05),
+        ],
+    }
+
+    def refuses(_: str) -> np.ndarray:
+        raise AssertionError("features-v1/-v2 must not read reading vectors")
+
+    for name, expected in before.items():
+        model = FeatureModel.load(FEATURE_MODELS[name])
+        assert not model.uses_reading and not READING_FEATURES & set(model.features)
+        reranker = FeatureReranker(
+            model,
+            sentence_vectors=stored.get,
+            query_vector=lambda _: q,
+            reading_vectors=refuses,
+            reading_query_vector=refuses,
+        )
+        out = reranker.rerank(QUESTION, cands)
+        assert [(c.chunk_id, c.rerank_score) for c in out] == expected
+        assert reranker.reading_encoder is None and reranker.reading_fallback_embedded == 0
+
+
+def test_reading_features_on_small_arrays() -> None:
+    cands = make_candidates()
+    read = [FEATURE_NAMES.index(f) for f in READING_COLUMNS]
+    sent = [FEATURE_NAMES.index(f) for f in ("maxsim", "maxsim_norm", "top2sim", "maxsim_rank_rr")]
+    q = _unit(1.0)
+    # c2 holds the best sentence (0.995), c0 the second best; c3 has none stored
+    arrays: list[np.ndarray | None] = [
+        np.stack([_unit(0.0, 1.0)]),
+        np.stack([_unit(0.0, 0.0, 1.0), _unit(1.0, 0.1), _unit(1.0, 1.0)]),
+        np.stack([_unit(1.0, 3.0), _unit(0.0, 1.0)]),
+        None,
+        np.stack([_unit(1.0, 0.0, 0.0, 2.0)]),
+    ]
+    x = candidate_features(QUESTION, cands, reading_query_vector=q, reading_vectors=arrays)
+    assert np.allclose(x[:, read], sentence_features(q, arrays))
+    assert not x[:, sent].any()  # the retrieval embedder's sentence columns are not filled by reading vectors
+    best = [0.0, 1 / np.sqrt(1.01), 1 / np.sqrt(10), 0.0, 1 / np.sqrt(5)]  # c3's: the list's lowest
+    assert x[:, read[0]].tolist() == pytest.approx(best, abs=1e-6)
+    assert x[1, read[2]] == pytest.approx((best[1] + 1 / np.sqrt(2)) / 2, abs=1e-6)  # mean of the top two
+    assert x[4, read[2]] == pytest.approx(best[4], abs=1e-6)  # one sentence: its own cosine
+    assert x[:, read[3]].tolist() == pytest.approx([1 / 4, 1.0, 1 / 3, 0.0, 1 / 2])  # 1 / rank by max
+    assert x[:, read[1]].tolist() == pytest.approx([b - best[1] for b in best], abs=1e-6)
+    # both families at once, each from its own vectors
+    sv = [np.stack([_unit(1.0)]) for _ in cands]
+    both = candidate_features(
+        QUESTION, cands, query_vector=q, sentence_vectors=sv, reading_query_vector=q, reading_vectors=arrays
+    )
+    assert np.allclose(both[:, read], x[:, read]) and np.allclose(both[:, sent], sentence_features(q, sv))
+    with pytest.raises(ValueError, match="reading-vector"):
+        candidate_features(QUESTION, cands, reading_query_vector=q, reading_vectors=arrays[:2])
+
+
+def _reading_model() -> FeatureModel:
+    return _one_feature_model("read_maxsim", 5.0)
+
+
+def test_feature_reranker_reads_stored_reading_vectors_and_the_reading_query_vector() -> None:
+    cands, q, stored = _seeded_vectors()
+    reading = {c.chunk_id: np.stack([-q]) for c in cands}
+    reading["c3"] = np.stack([-q, q])  # the reading vectors say c3 answers; the sentence vectors are not read
+    asked: list[str] = []
+
+    def reading_query(text: str) -> np.ndarray:
+        asked.append(text)
+        return q
+
+    def refuses(_: str) -> np.ndarray:
+        raise AssertionError("a model without sentence weight reads no sentence vectors")
+
+    reranker = FeatureReranker(
+        _reading_model(),
+        sentence_vectors=refuses,
+        query_vector=refuses,
+        reading_vectors=reading.get,
+        reading_query_vector=reading_query,
+    )
+    assert reranker.model.uses_reading and not reranker.model.uses_sentences
+    out = reranker.rerank(QUESTION, cands)
+    assert out[0].chunk_id == "c3" and asked == [QUESTION]
+    assert reranker.reading_fallback_embedded == 0 and reranker.reading_encoder is None
+    # per call, as the sentence providers
+    per_call = {**reading, "c3": np.stack([-q]), "c1": np.stack([q])}
+    assert reranker.rerank(QUESTION, cands, reading_vectors=per_call.get)[0].chunk_id == "c1"
+    # every feature for training data, whatever the model weighs: both families filled
+    x = FeatureReranker(
+        _reading_model(),
+        sentence_vectors=stored.get,
+        query_vector=lambda _: q,
+        reading_vectors=reading.get,
+        reading_query_vector=lambda _: q,
+    ).all_features(QUESTION, cands)
+    assert x.shape == (len(cands), len(FEATURE_NAMES))
+    assert np.allclose(
+        x[:, FEATURE_NAMES.index("maxsim")], sentence_features(q, [stored[c.chunk_id] for c in cands])[:, 0]
+    )
+    assert x[[c.chunk_id for c in cands].index("c3"), FEATURE_NAMES.index("read_maxsim_rank_rr")] == 1.0
+
+
+def test_feature_reranker_embeds_missing_reading_vectors_after_the_heading() -> None:
+    from rag.sentences import chunk_heading, reading_text, sentence_units
+
+    cands = make_candidates()
+    reading, retrieval = CountingEmbedder(), CountingEmbedder()
+    q = reading.embed_queries([QUESTION])[0]
+    reading.seen.clear()
+    stored = {c.chunk_id: np.stack([-q]) for c in cands if c.chunk_id != "c0"}  # c0 lacks reading vectors
+    reranker = FeatureReranker(
+        _reading_model(),
+        embedder=retrieval,
+        reading_encoder=reading,
+        reading_vectors=stored.get,
+        reading_query_vector=lambda _: q,
+    )
+    out = reranker.rerank(QUESTION, cands)
+    assert out[0].chunk_id == "c0"
+    title, section, text = PASSAGES[0]
+    expected = [reading_text(chunk_heading(title, section), u) for u in sentence_units(text)]
+    assert reading.seen == expected  # as ingestion embeds them: each unit after the chunk's heading
+    assert (
+        retrieval.seen == [] and reranker.reading_fallback_embedded == 1 and reranker.fallback_embedded == 0
+    )
+    reranker.rerank(QUESTION, cands)
+    assert reading.seen == expected  # cached by text
+    reranker.clear_caches()
+    reranker.rerank(QUESTION, cands)
+    assert reading.seen == expected * 2  # forgotten: embedded again
+    # no providers at all: the question too is embedded by the reading encoder, never by the retrieval embedder
+    reading.seen.clear()
+    bare = FeatureReranker(_reading_model(), embedder=retrieval, reading_encoder=reading)
+    assert bare.rerank(QUESTION, cands)[0].chunk_id == "c0"
+    assert QUESTION in reading.seen and retrieval.seen == []
+
+
+def test_feature_reranker_loads_the_models_reading_encoder_when_given_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rag.embedder
+
+    loaded: list[str] = []
+
+    def fake_load(name: str, *args: Any) -> HashEmbedder:
+        loaded.append(name)
+        return HashEmbedder()
+
+    monkeypatch.setattr(rag.embedder, "load_embedder", fake_load)
+    model = dataclasses.replace(_reading_model(), meta={"reading_model": "some-reader"})
+    assert FeatureReranker(model).rerank(QUESTION, make_candidates())[0].chunk_id == "c0"
+    assert loaded == ["some-reader"]
+    loaded.clear()
+    FeatureReranker(_reading_model()).rerank(QUESTION, make_candidates())
+    assert loaded == ["minilm-mpnet-reader"]  # a file without the key: the shipped reading encoder
+
+
+def test_load_reranker_and_the_pipeline_pass_the_reading_providers() -> None:
+    from rag.models.reading import identity
+    from rag.pipeline import Pipeline
+
+    def rv(chunk_id: str) -> None:
+        return None
+
+    def rq(text: str) -> np.ndarray:
+        return np.ones(4)
+
+    encoder = HashEmbedder()
+    reranker = load_reranker(
+        load_settings(reranker="features"),
+        reading_encoder=encoder,
+        reading_vectors=rv,
+        reading_query_vector=rq,
+    )
+    assert isinstance(reranker, FeatureReranker)
+    assert reranker.reading_vectors is rv and reranker.reading_query_vector is rq
+    assert reranker.reading_encoder is encoder
+
+    asked: list[tuple[str, str]] = []
+
+    class Reader:
+        def sentence_vectors(self, chunk_id: str) -> np.ndarray | None:
+            return None
+
+        def reading_vectors(self, chunk_id: str, model: str) -> np.ndarray | None:
+            asked.append((chunk_id, model))
+            return None
+
+    settings = load_settings(reranker="features", llm_base_url=None, reading_model="/no/such/reader")
+    pipeline = Pipeline(
+        settings,
+        reader=Reader(),  # type: ignore[arg-type]
+        embedder=HashEmbedder(),
+        reading_encoder=encoder,
+    )
+    reranker = pipeline.reranker
+    assert isinstance(reranker, FeatureReranker) and reranker.reading_encoder is encoder
+    assert reranker.reading_query_vector == pipeline.reading_query_vector
+    assert reranker.reading_vectors is not None and reranker.reading_vectors("c9") is None
+    # bound to the reading model's identity (its runtime marks int8 vectors)
+    assert asked == [("c9", identity("/no/such/reader", settings.reading_runtime))]
+    assert np.allclose(pipeline.reading_query_vector(QUESTION), encoder.embed_queries([QUESTION])[0])
+    assert QUESTION in pipeline.scoring.reading.cache  # the cache the reader shares
 
 
 def test_feature_support_is_lexical_coverage() -> None:
