@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -269,6 +270,8 @@ def _quantised(source: Path, path: Path) -> None:
     keep = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
     fd, tmp = tempfile.mkstemp(suffix=".onnx.tmp", dir=path.parent)
     os.close(fd)
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # its advice to pre-process the graph: not actionable by a user
     try:
         quantize_dynamic(
             str(source),
@@ -281,6 +284,7 @@ def _quantised(source: Path, path: Path) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
+        logging.disable(previous)
         Path(tmp).unlink(missing_ok=True)
 
 
