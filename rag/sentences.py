@@ -37,6 +37,7 @@ def chunk_heading(title: str, section: str) -> str:
 HEADING_WORDS = 10  # of the title and of the nearest section, each, in a reading text
 
 
+@functools.lru_cache(maxsize=100_000)  # the query path reads the same evidence sentences' texts several times
 def reading_text(heading: str, sentence: str) -> str:
     """A sentence as the reading encoder (and the reader's cross-encoder) reads it: after the first and the last
     part of its heading (``chunk_heading``: the title and the nearest section, repeats dropped), each cut to
