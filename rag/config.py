@@ -191,6 +191,19 @@ class Settings(BaseSettings):
         default=True,
         description="Re-point an LLM's unsupported [n] at the passage that supports the sentence.",
     )
+    llm_confirm: bool = Field(
+        default=False,
+        description="With an LLM in use, ask it whether a quote the reader does not vouch for answers its part "
+        "of the question; its yes may grant the 'Citations checked' badge (never its word alone). Off by "
+        "default: the packaged 1.5B model's yes held the gold answer 9 times in 11 on the five tune splits "
+        "(docs/reader.md); switch it on for a model you have measured with evaluation/confirm_measure.py.",
+    )
+    llm_confirm_bar: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="The reader's lowest probability for a quote the LLM may vouch for (None: the answer bar).",
+    )
 
     # Conversation memory
     history_token_budget: int = 400

@@ -55,6 +55,11 @@ def unconfirmed_parts(trace: Mapping[str, Any]) -> list[str]:
     return [str(c.get("text", "")) for c in _intent_checks(trace) if c.get("supported") is False]
 
 
+def llm_confirmed_parts(trace: Mapping[str, Any]) -> list[str]:
+    """The parts of the question the configured LLM vouched for (rag/stages/confirm.py) in the reader's stead."""
+    return [str(c.get("text", "")) for c in _intent_checks(trace) if c.get("confirmed") is True]
+
+
 def citations_checked(trace: Mapping[str, Any]) -> bool:
     """The one condition for the "Citations checked" badge: every citation valid, every claim of the answer
     supported by the evidence (rag/stages/claims.py), and every part of the question addressed."""

@@ -162,7 +162,18 @@ class IntentCheck(_Record):
         description="the reader's probability that the best evidence sentence the answer uses states what this "
         "intent asks (None: the reader did not run)",
     )
-    supported: bool | None = Field(default=None, description="support reaches the reader's support bar")
+    supported: bool | None = Field(
+        default=None,
+        description="support reaches the reader's support bar, or the configured LLM confirmed the quote and "
+        "support reaches the confirmation bar",
+    )
+    quote: str | None = Field(
+        default=None, description="the evidence sentence the support rests on (None: the reader did not run)"
+    )
+    confirmed: bool | None = Field(
+        default=None,
+        description="the configured LLM's word on whether the quote answers this intent (None: not asked)",
+    )
 
 
 class AnswerCheck(_Record):

@@ -245,6 +245,11 @@ def badges_html(trace: dict[str, Any], *, abstained: str = ABSTAINED) -> str:
             ids = ", ".join(f"[{c['n']}]" for c in failed)
             return f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
         case "checked":
+            if status.llm_confirmed_parts(trace):  # a part vouched for by the configured LLM, not the reader
+                return (
+                    '<span class="rag-badge ok" title="The language model confirmed a quote the reader did not '
+                    'vouch for">Citations checked (confirmed by the language model)</span>'
+                )
             return '<span class="rag-badge ok">Citations checked</span>'
         case "unsupported_claims":
             n = len(unchecked_claims(trace))

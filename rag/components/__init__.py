@@ -22,7 +22,7 @@ from rag.components.selection import (
     Pack,
     SectionContext,
 )
-from rag.components.verification import AnswerCheck, Citations, Claims
+from rag.components.verification import AnswerCheck, Citations, Claims, Confirm
 from rag.config import Settings
 from rag.request import Stage
 
@@ -60,6 +60,7 @@ def build_stages(settings: Settings, models: Models, queries: QueryVectors) -> l
         Citations(scoring, repair=settings.citation_repair),
         Claims(settings, scoring, extractive),
         AnswerCheck(),
+        Confirm(enabled=settings.llm_confirm, bar=settings.llm_confirm_bar),
     ]
     removed = {stage for ablation, stage in REMOVES_STAGE.items() if ablation in off}
     return [stage for stage in stages if stage.name not in removed]

@@ -395,7 +395,8 @@ def reader_support(
     grounds: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``report`` (the answer check) with each intent's reader support: the best probability among the evidence
-    sentences the answer quotes (or, for a paraphrase, ``grounds``: the evidence sentences its claims rest on).
+    sentences the answer quotes (or, for a paraphrase, ``grounds``: the evidence sentences its claims rest on),
+    and that sentence (``quote``).
     ``complete`` then also needs every intent supported, so "Citations checked" is never shown on an answer
     whose quotes the reader does not vouch for."""
     sentences = reading.sentences
@@ -409,8 +410,16 @@ def reader_support(
     checks = []
     for row, check in enumerate(report.get("intents", [])):
         p = reading.probabilities[row] if row < len(intents) else np.zeros(len(sentences))
-        support = float(max((p[i] for i in used), default=0.0))
-        checks.append({**check, "support": round(support, 4), "supported": support >= reading.support_bar})
+        best = max(used, key=p.__getitem__, default=None)
+        support = float(p[best]) if best is not None else 0.0
+        checks.append(
+            {
+                **check,
+                "support": round(support, 4),
+                "supported": support >= reading.support_bar,
+                "quote": sentences[best].text if best is not None else None,
+            }
+        )
     complete = bool(report.get("complete")) and bool(checks) and all(c["supported"] for c in checks)
     return {**report, "complete": complete, "intents": checks}
 

@@ -39,6 +39,7 @@ ORDER = [
     "citations",
     "claims",
     "answer_check",
+    "confirm",
 ]
 
 

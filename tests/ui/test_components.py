@@ -370,3 +370,21 @@ def test_a_quote_the_reader_does_not_vouch_for_is_marked_unconfirmed_not_checked
     assert "Citations checked" not in badges and "not confirmed as the answer" in badges
     assert components.unconfirmed_intents(trace) == ["What if I lose my laptop?"]
     assert components.unconfirmed_intents({**trace, "abstained": True}) == []
+
+
+def test_a_badge_the_language_model_vouched_for_says_so() -> None:
+    ok_cite = [
+        {"n": 1, "chunk_id": "c1", "valid": True, "supported": True, "sentence": "s", "support_score": 1}
+    ]
+    intent = {"text": "How long is parental leave?", "addressed": True, "supported": True}
+    trace = {
+        "answer": "Parental leave is 16 weeks [1].",
+        "citations": ok_cite,
+        "claims": [{"text": "Parental leave is 16 weeks [1].", "verdict": "supported"}],
+        "verified": True,
+        "answer_check": {"complete": True, "intents": [intent]},
+        "evidence": [],
+    }
+    assert "language model" not in components.badges_html(trace)  # the reader vouched for it
+    confirmed = {**trace, "answer_check": {"complete": True, "intents": [{**intent, "confirmed": True}]}}
+    assert "Citations checked (confirmed by the language model)" in components.badges_html(confirmed)
