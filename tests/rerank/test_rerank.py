@@ -658,9 +658,10 @@ def _seeded_vectors(dim: int = 8) -> tuple[list[Candidate], np.ndarray, dict[str
     return cands, q, {c.chunk_id: unit(len(sentence_units(c.chunk.text))) for c in cands}
 
 
-def test_committed_models_score_exactly_as_before_the_reading_features() -> None:
+def test_committed_models_score_as_before_the_reading_features() -> None:
     """features-v1 and -v2 pick their columns by name: the reading features appended to FEATURE_NAMES leave their
-    scores bit for bit as the code before them gave (pinned from that code on these seeded vectors)."""
+    scores as the code before them gave (pinned from that code on these seeded vectors), to float32's
+    precision: another CPU's or numpy build's summation order moves them (1e-16 on CI, 1e-7 on a rebuilt venv)."""
     assert FEATURE_NAMES[: len(V2_COLUMNS)] == V2_COLUMNS
     assert set(FEATURE_NAMES) - set(V2_COLUMNS) == set(READING_COLUMNS) == READING_FEATURES
     cands, q, stored = _seeded_vectors()
@@ -695,7 +696,10 @@ def test_committed_models_score_exactly_as_before_the_reading_features() -> None
             reading_query_vector=refuses,
         )
         out = reranker.rerank(QUESTION, cands)
-        assert [(c.chunk_id, c.rerank_score) for c in out] == expected
+        assert [c.chunk_id for c in out] == [chunk_id for chunk_id, _ in expected]
+        assert [c.rerank_score for c in out] == pytest.approx(
+            [score for _, score in expected], rel=1e-6, abs=1e-12
+        )
         assert reranker.reading_encoder is None and reranker.reading_fallback_embedded == 0
 
 
