@@ -2,7 +2,7 @@
 
 The policy suites' questions of a split, near misses included, are answered as ``rag eval suite`` answers them
 (offline, the extractive answer). Each answer whose badge is within reach is put through
-``rag.stages.confirm.confirm_answer_check`` exactly as the query path's ``confirm`` stage does, with the LLM at
+``rag.stages.confirm.worth_asking`` and ``ask_parts`` exactly as the query path's ``confirm`` stage does, with the LLM at
 ``RAG_LLM_BASE_URL``, asking about every part whose quote clears ``--bar`` (0: every addressed part, so that
 higher bars are read off the same replies). The report gives, per confirmation bar, the badge's precision (its
 answers hold a gold quote) and recall as ``evaluation.suite`` grades them, near misses given the badge, and what
@@ -24,7 +24,8 @@ from typing import Any
 
 from evaluation.suite import POLICY_SUITES, Paths, grade_policy, policy_questions, run_suites
 from rag.sentences import chunk_heading
-from rag.stages.confirm import ask, confirm_answer_check
+from rag.stages.confirm import ask, ask_parts, worth_asking
+from rag.status import failed_citations
 from rag.text import collapse_ws
 
 BARS = (0.0, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
@@ -47,11 +48,10 @@ def answer_bar(result: Mapping[str, Any]) -> float | None:
 
 def badge_in_reach(result: Mapping[str, Any]) -> bool:
     """Every citation valid and supported, every claim supported: what the confirm stage requires."""
-    citations = result.get("citations") or []
     return (
         not result.get("abstained")
-        and bool(citations)
-        and all(c.get("valid") and c.get("supported") for c in citations)
+        and bool(result.get("citations"))
+        and not failed_citations(result)
         and bool((result.get("verification") or {}).get("verified"))
     )
 
@@ -60,7 +60,6 @@ def confirm_result(result: dict[str, Any], llm: Any, bar: float) -> dict[str, An
     """``result`` with the confirm stage's work on it: ``asked`` (each part put to the LLM, with its reader
     support and the seconds the call took) and the answer check it leaves; nothing asked, nothing changed."""
     evidence = result.get("evidence") or []
-    supports = {c["index"]: float(c.get("support") or 0.0) for c in result["answer_check"].get("intents", [])}
 
     def ask_part(check: Mapping[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -69,16 +68,14 @@ def confirm_result(result: dict[str, Any], llm: Any, bar: float) -> dict[str, An
         )
         return {
             **reply,
-            "support": supports.get(check["index"], 0.0),
+            "support": float(check.get("support") or 0.0),
             "s": round(time.perf_counter() - started, 3),
         }
 
-    done = confirm_answer_check(
-        result["answer_check"], badge_in_reach=badge_in_reach(result), bar=bar, ask_part=ask_part
-    )
-    if done is None:
+    if not worth_asking(result["answer_check"], badge_in_reach=badge_in_reach(result), bar=bar):
         return {**result, "asked": []}
-    return {**result, "asked": done[1], "answer_check_confirmed": done[0]}
+    answer_check, asked = ask_parts(result["answer_check"], ask_part)
+    return {**result, "asked": asked, "answer_check_confirmed": answer_check}
 
 
 def at_bar(result: dict[str, Any], bar: float) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rag.errors import ConfigurationError, GenerationError
-from rag.types import Evidence, Generated, Prompt
+from rag.types import Completes, Evidence, Generated, Prompt
 
 if TYPE_CHECKING:
     from rag.config import Settings
@@ -24,15 +24,12 @@ MODES = ("standard", "quote_then_answer", "map_reduce")
 NOTHING_FOUND = "The provided passages do not contain the information needed to answer this question."
 
 
-class ChatModel(Protocol):
-    """What the generation modes need from an LLM client (``rag.llm.LLMClient`` or a test double)."""
+class ChatModel(Completes, Protocol):
+    """What the generation modes need from an LLM client (``rag.llm.LLMClient`` or a test double): its
+    ``complete`` (``rag.types.Completes``), its model id and its longest answer."""
 
     model: str
     max_tokens: int
-
-    def complete(
-        self, prompt: Prompt, *, max_tokens: int | None = None, temperature: float = 0.0
-    ) -> Generated: ...
 
 
 @dataclass(frozen=True)

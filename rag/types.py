@@ -1,6 +1,7 @@
 """Domain types shared by ingestion, the query path, the trace store and the UI.
 
-Every type is a frozen dataclass: stages return new values instead of mutating their inputs.
+Every data type is a frozen dataclass: stages return new values instead of mutating their inputs. ``Completes``
+is the one protocol: what a stage needs of an LLM client.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, fields
 from datetime import date
+from typing import Protocol
 
 PUBLIC_GROUP = "*"  # the access group that means "every signed-in user"
 FAR_FUTURE = date(9999, 12, 31)
@@ -196,6 +198,15 @@ class Generated:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+
+
+class Completes(Protocol):
+    """What a stage needs of an LLM client (``rag.generation.ChatModel`` extends it; ``rag.llm.LLMClient`` or a
+    test double implements it)."""
+
+    def complete(
+        self, prompt: Prompt, *, max_tokens: int | None = None, temperature: float = 0.0
+    ) -> Generated: ...
 
 
 @dataclass

@@ -25,7 +25,7 @@ from rag.stages.claims import (
     summary,
     verified,
 )
-from rag.stages.confirm import ask, confirm_answer_check, worth_asking
+from rag.stages.confirm import ask, ask_parts, worth_asking
 from rag.text import collapse_ws
 
 
@@ -194,10 +194,6 @@ class Confirm:
         if not worth_asking(state.answer_check, badge_in_reach=in_reach, bar=bar):
             return state
         with state.recorder.stage(self.name) as d:
-            confirmed = confirm_answer_check(
-                state.answer_check, badge_in_reach=in_reach, bar=bar, ask_part=ask_part
-            )
-            assert confirmed is not None
-            answer_check, asked = confirmed
+            answer_check, asked = ask_parts(state.answer_check, ask_part)
             d.update(model=llm.model, bar=bar, asked=asked, complete=answer_check["complete"])
         return replace(state, answer_check=answer_check)

@@ -28,22 +28,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from rag.lexicon import AUXILIARIES, STOPWORDS, WH_WORDS
 from rag.text import bm25_token_set, collapse_ws, count_tokens
-from rag.types import Generated, Prompt
-
-
-class Rewriter(Protocol):
-    """What the rewrite needs of an LLM client (``rag.generation.ChatModel`` has it)."""
-
-    def complete(
-        self, prompt: Prompt, *, max_tokens: int | None = None, temperature: float = 0.0
-    ) -> Generated: ...
-
+from rag.types import Completes, Prompt
 
 # Embeds short texts (spans of a question) as unit vectors, one row per text.
 Embed = Callable[[Sequence[str]], Sequence[np.ndarray]]
@@ -434,7 +425,7 @@ def check_rewrite(rewritten: str, question: str, history: Sequence[tuple[str, st
 def standalone_with_llm(
     question: str,
     history: Sequence[tuple[str, str]],
-    llm: Rewriter,
+    llm: Completes,
     embed: Embed,
     *,
     bar: float = SUBSTITUTE_BAR,
