@@ -169,6 +169,8 @@ class EvidenceSet:
     must_not_contain: tuple[str, ...] = ()
     wrong_answers: tuple[str, ...] = ()  # plausible wrong answers (the simulated model's mistakes)
     notes: dict[str, Any] = field(default_factory=dict)
+    # gold quotes of a policy question with no short answer: its output is graded by them instead
+    quotes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -247,6 +249,7 @@ def evidence_set_from_json(d: dict[str, Any]) -> EvidenceSet:
         must_not_contain=tuple(d.get("must_not_contain") or ()),
         wrong_answers=tuple(d.get("wrong_answers") or ()),
         notes=dict(d.get("notes") or {}),
+        quotes=tuple(d.get("quotes") or ()),
     )
 
 

@@ -470,6 +470,7 @@ def freeze_from_index(
                 all_of=q.all_of,
                 must_not_contain=q.must_not_contain,
                 wrong_answers=tuple(q.must_not_contain),
+                quotes=tuple(q.quotes) if not answers else (),
                 notes={
                     "user": principal.user,
                     "groups": sorted(principal.groups),
@@ -787,6 +788,13 @@ def _grade(t: Trial, o: Output, config: SweepConfig, expected: float | None = No
     if es.all_of:
         correct = grade_all_of(text, es.all_of, config.grader, es.must_not_contain)
         strict = grade_all_of(text, es.all_of, "strict", es.must_not_contain)
+    elif es.quotes and not es.answers:
+        # a policy question: graded as the suite grades what the user reads (the answer holds a gold quote;
+        # strict: every one)
+        said = (
+            [covered(quote, [text]) for quote in es.quotes] if text and not is_abstention(text) else [False]
+        )
+        correct, strict = any(said), all(said)
     else:
         correct = grade(text, es.answers, config.grader, es.must_not_contain)
         strict = grade(text, es.answers, "strict", es.must_not_contain)

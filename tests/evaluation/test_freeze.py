@@ -182,3 +182,23 @@ def test_freeze_against_the_ingested_sample_corpus(sample_data_dir: Path) -> Non
     assert len(sets) >= len(qs) - 2
     for es in sets:
         assert es.gold and not any(normalised_match(p.text, es.answers) for p in es.distractors)
+
+
+def test_a_policy_question_without_short_answers_is_graded_by_its_gold_quotes(tmp_path: Path) -> None:
+    q = question_from_dict(
+        {"id": "p01", "question": "How many days for a refund?", "evidence": [{"quote": RULE}]}
+    )
+    sets = freeze_from_index(
+        [q], None, reader=MemoryReader(corpus()), retrieval="lexical", min_distractors=20
+    )
+    assert sets[0].answers == () and sets[0].quotes == (RULE,)
+    cfg = SweepConfig(
+        generator="extractive", scorer="lexical", lengths=("10",), freeze_out=tmp_path / "f.json"
+    )
+    result = run_sweep(cfg, sets=sets)
+    depth = [c for c in result.cells if c.kind == "depth"]
+    assert depth and all(c.accuracy == 1.0 for c in depth)  # the extractive answer quotes the rule
+    assert result.cell("control").accuracy == 0.0  # without the gold passage no answer holds the quote
+    from evaluation.datasets import load_frozen
+
+    assert load_frozen(tmp_path / "f.json")[0][0].quotes == (RULE,)  # frozen with the set
