@@ -173,6 +173,75 @@ def collect(
     return out
 
 
+def collect_llm(
+    shared: Path, work_dir: Path, records: Sequence[dict], kinds: Sequence[str] = ("question", "near_miss")
+) -> list[dict]:
+    """Example groups of LLM-written questions (``evaluation.llm_questions``), each asked through the query path
+    on its corpus: ``question``'s positive is the sentence it was written for (a group whose evidence lacks that
+    sentence is dropped: nothing says which other sentence answers); every sentence of a ``near_miss``'s
+    evidence is negative. Groups carry ``source: "llm"`` and are only ever trained on, never scored."""
+    from evaluation.suite import Paths, ingest_corpus
+    from rag.config import load_settings
+    from rag.factory import build_pipeline
+    from rag.pipeline import PipelineOptions, Question
+    from rag.types import Principal
+
+    paths = Paths(shared, work_dir)
+    options = PipelineOptions(use_llm=False)
+    out: list[dict] = []
+    for corpus in sorted({r["corpus"] for r in records}):
+        pipeline = build_pipeline(
+            load_settings(
+                data_dir=ingest_corpus(paths, corpus, lambda m: print(m, file=sys.stderr)), ablate="reader"
+            )
+        )
+        dropped = 0
+        try:
+            for r in (r for r in records if r["corpus"] == corpus):
+                for kind in kinds:
+                    answerable = kind == "question"
+                    result = pipeline.ask(Question(r[kind], Principal("eval")), options)
+                    groups = examples(pipeline, result, quotes=[r["sentence"]] if answerable else ())
+                    if answerable and not any(g["y"].any() for g in groups):
+                        dropped += 1
+                        continue
+                    qid = f"llm:{kind}:{r['id']}"
+                    out.extend(
+                        {**g, "corpus": corpus, "qid": qid, "answerable": answerable, "source": "llm"}
+                        for g in groups
+                    )
+        finally:
+            pipeline.reader.close()
+        print(
+            f"{corpus} (LLM-written): {sum(1 for g in out if g['corpus'] == corpus)} example groups, "
+            f"{dropped} questions whose evidence lacks their sentence dropped",
+            file=sys.stderr,
+        )
+    return out
+
+
+def select_llm(
+    groups: Sequence[dict],
+    records: Sequence[dict],
+    kinds: Sequence[str],
+    limit: int | None = None,
+    *,
+    checked: bool = False,
+) -> list[dict]:
+    """The LLM-question groups of ``kinds`` (``question``, ``near_miss``) whose record is among the first
+    ``limit`` of ``records`` (the file's order, which is the sample's), with ``checked`` only those whose round
+    trip agrees (``evaluation.llm_questions.passes``): one source, or a share of it, at a time."""
+    from evaluation.llm_questions import passes
+
+    keep = {r["id"]: r for r in records[:limit]}
+    out = []
+    for g in groups:
+        _, kind, rid = g["qid"].split(":", 2)  # "llm:<kind>:<record id>"
+        if kind in kinds and rid in keep and (not checked or passes(keep[rid], kind)):
+            out.append(g)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ training
 def fit(groups: Sequence[dict], c: float = C) -> ReaderModel:
     from sklearn.linear_model import LogisticRegression
@@ -274,7 +343,7 @@ def loco(groups: Sequence[dict], c: float = C) -> tuple[dict[str, dict], dict[st
     pooled: dict[str, dict] = {}
     report: dict[str, Any] = {}
     for held in POLICY:
-        test = [g for g in groups if g["corpus"] == held]
+        test = [g for g in groups if g["corpus"] == held and g.get("source") != "llm"]
         if not test:
             continue
         model = fit([g for g in groups if g["corpus"] != held], c)
@@ -304,6 +373,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"Write {DEFAULT_READER_MODEL}.")
     parser.add_argument("--c", type=float, default=C)
     parser.add_argument("--corpora", default=",".join([*POLICY, "hotpotqa"]), help="Collect from these only.")
+    parser.add_argument(
+        "--llm-questions",
+        type=Path,
+        help="Also train on these LLM-written questions (evaluation/suites/llm_questions.jsonl).",
+    )
+    parser.add_argument(
+        "--llm-kinds", default="question,near_miss", help="Which of them: question (answered), near_miss."
+    )
+    parser.add_argument("--llm-limit", type=int, help="The first N kept records only.")
+    parser.add_argument(
+        "--llm-checked", action="store_true", help="Only questions whose round trip agrees (--check)."
+    )
+    parser.add_argument(
+        "--llm-cache", type=Path, help="LLM-question groups collected before (written when absent)."
+    )
     args = parser.parse_args(argv)
     if args.cache and args.cache.is_file():
         import pickle
@@ -324,12 +408,30 @@ def main(argv: list[str] | None = None) -> int:
             import pickle
 
             args.save.write_bytes(pickle.dumps(groups))
+    llm_groups: list[dict] = []
+    if args.llm_questions:
+        import pickle
+
+        from evaluation.llm_questions import load
+
+        records = load(args.llm_questions)
+        if args.llm_cache and args.llm_cache.is_file():
+            llm_groups = pickle.loads(args.llm_cache.read_bytes())
+        else:
+            llm_groups = collect_llm(args.shared, args.work_dir, records)
+            if args.llm_cache:
+                args.llm_cache.write_bytes(pickle.dumps(llm_groups))
+        llm_groups = select_llm(
+            llm_groups, records, args.llm_kinds.split(","), args.llm_limit, checked=args.llm_checked
+        )
+        print(f"LLM-written example groups: {len(llm_groups)} ({args.llm_kinds})")
+        groups = [*groups, *llm_groups]
     if not (args.ce or args.ce_folds):
         # a reader without the cross-encoder: its columns stay 0 (as ``read`` leaves them)
         cols = [FEATURES.index(f) for f in FEATURES if f.startswith("ce")]
         for g in groups:
             g["x"][:, cols] = 0.0
-    policy = [g for g in groups if g["corpus"] != "hotpotqa"]
+    policy = [g for g in groups if g["corpus"] != "hotpotqa" and g.get("source") != "llm"]
     for feature in ("cos", "coverage_idf"):
         k, n = baseline_top1(policy, feature)
         print(f"baseline top-1 by {feature}: {k}/{n}")
@@ -350,7 +452,13 @@ def main(argv: list[str] | None = None) -> int:
             support_bar,
             KEEP_RATIO,
             meta={
-                "trained_on": "tune splits of " + ", ".join([*POLICY, "hotpotqa (bridge)"]),
+                "trained_on": "tune splits of "
+                + ", ".join([*POLICY, "hotpotqa (bridge)"])
+                + (
+                    f"; {len({g['qid'] for g in llm_groups})} LLM-written questions ({args.llm_kinds})"
+                    if llm_groups
+                    else ""
+                ),
                 "examples": int(sum(len(g["y"]) for g in groups)),
                 "positives": int(sum(g["y"].sum() for g in groups)),
                 "c": args.c,
