@@ -8,6 +8,8 @@ evidence becomes one (intent, sentence) example with ``rag.stages.reading``'s fe
 positive when it lies in a gold quote or holds one (the grader's normalisation); a compound question's quotes
 go to the intent they share most words with; every sentence of an unanswerable question's evidence (the near
 misses) is negative. HotpotQA: a sentence holding the answer span. Test splits are never read.
+``--llm-questions`` adds questions an LLM wrote for dev-corpus sentences (``evaluation.llm_questions``; by
+kind, share and round-trip verdict): trained on, never scored, and left out with their corpus when it is held out.
 
 It always reports each policy corpus held out (trained on the others and HotpotQA): the gold sentence first / in
 the top three, and abstention against false abstention at the bar. ``--write`` trains on everything and
