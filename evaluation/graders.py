@@ -57,6 +57,19 @@ def covered(quote: str, passages: list[str], ratio: float = 0.85) -> bool:
     return False
 
 
+def states(sentence: str, quote: str) -> bool:
+    """The sentence holds the quote, or lies in it (at least half its words and five in order): whether an
+    evidence sentence states a gold quote (the reader's label)."""
+    s, q = norm(sentence).split(), norm(quote).split()
+    if not s or not q:
+        return False
+    if covered(quote, [sentence]):
+        return True
+    blocks = difflib.SequenceMatcher(None, s, q, autojunk=False).get_matching_blocks()
+    matched = sum(b.size for b in blocks)
+    return matched >= min(5, len(q)) and matched / len(s) >= 0.5
+
+
 def may_cover(quote: str, passage: str, ratio: float = 0.85) -> bool:
     """Cheap necessary condition for ``covered(quote, [passage])``: enough of the quote's words occur at all.
     Lets callers skip the quadratic check for most chunks of a large index."""

@@ -148,7 +148,7 @@ def _test_quotes(paths: Any, corpus: str) -> list[str]:
 
 
 def _in_quote(sentence: str, quotes: Sequence[tuple[str, set[str]]]) -> bool:
-    from evaluation.reader_train import states
+    from evaluation.graders import states
 
     words = set(_words(sentence))
     return any(len(words & qw) >= min(5, len(qw)) and states(sentence, q) for q, qw in quotes)

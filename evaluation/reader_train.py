@@ -23,7 +23,6 @@ answer would quote (up to three sentences within ``KEEP_RATIO`` of the best) sta
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.graders import norm, states
 from rag.sentences import reading_text
 from rag.stages.reading import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
 
@@ -43,26 +43,6 @@ MIN_SHOWN = 10  # a support bar is calibrated on at least this many held-out ans
 WITHHELD = 1.0
 KEEP_RATIO = 0.3  # a further sentence joins an intent's answer at this share of the best one's probability
 C = 1.0
-
-
-def _norm_words(text: str) -> list[str]:
-    from evaluation.graders import norm
-
-    return norm(text).split()
-
-
-def states(sentence: str, quote: str) -> bool:
-    """The sentence holds the quote, or lies in it (at least half its words and five in order)."""
-    from evaluation.graders import covered
-
-    s, q = _norm_words(sentence), _norm_words(quote)
-    if not s or not q:
-        return False
-    if covered(quote, [sentence]):
-        return True
-    blocks = difflib.SequenceMatcher(None, s, q, autojunk=False).get_matching_blocks()
-    matched = sum(b.size for b in blocks)
-    return matched >= min(5, len(q)) and matched / len(s) >= 0.5
 
 
 def _assign(quotes: Sequence[str], intents: Sequence[str]) -> list[int]:
@@ -112,8 +92,8 @@ def examples(
     for j, (intent, qv, x) in enumerate(zip(intents, qvs, features, strict=True)):
         mine = [q for q, o in zip(quotes, owner, strict=True) if o == j]
         if spans:
-            wanted = [" ".join(_norm_words(a)) for a in spans]
-            y = [any(w and f" {w} " in f" {' '.join(_norm_words(s.text))} " for w in wanted) for s in sents]
+            wanted = [norm(a) for a in spans]
+            y = [any(w and f" {w} " in f" {norm(s.text)} " for w in wanted) for s in sents]
         else:
             y = [any(states(s.text, q) for q in mine) for s in sents]
         groups.append(
