@@ -75,10 +75,9 @@ def _log(message: str) -> None:
 
 def prompt_for(sentence: str, heading: str = "") -> Prompt:
     """The writing prompt for one sentence (``PROMPT_VERSION``)."""
-    parts: list[str] = []
-    for part in (collapse_ws(p) for p in heading.split(" > ")):
-        if part and (not parts or part != parts[-1]):
-            parts.append(part)  # a title repeated as the first section is said once
+    from rag.sentences import heading_parts
+
+    parts = heading_parts(heading)
     where = f"From: {' > '.join(parts)}\n" if parts else ""
     user = (
         f'{where}Sentence:\n"""\n{collapse_ws(sentence)}\n"""\n\n'
@@ -93,7 +92,9 @@ def prompt_for(sentence: str, heading: str = "") -> Prompt:
 
 
 def _words(text: str) -> list[str]:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).split()
+    from evaluation.graders import norm
+
+    return norm(text).split()
 
 
 def usable(question: str, sentence: str) -> str:
@@ -202,9 +203,45 @@ def _round_robin(lists: Sequence[Sequence[dict]]) -> Iterator[list[dict]]:
 
 # ------------------------------------------------------------------------------------------------ writing
 def done_ids(path: Path) -> set[str]:
-    if not path.is_file():
-        return set()
-    return {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+    return {r["id"] for r in _read(path)}
+
+
+def _read(path: Path) -> list[dict]:
+    from evaluation.datasets import read_jsonl
+
+    return [r for _, r in read_jsonl(path)] if path.is_file() else []
+
+
+def _append_each(
+    out: Path,
+    todo: Sequence[Any],
+    make: Callable[[Any], dict | None],
+    *,
+    limit: int | None,
+    minutes: float | None,
+    log: Log,
+    what: str,
+) -> int:
+    """``make(item)`` for each item, each record it returns appended to ``out`` at once (None: nothing), until
+    ``limit`` records or ``minutes`` are spent. Returns how many were appended."""
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    appended = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as fh:
+        for item in todo:
+            if (limit is not None and appended >= limit) or (
+                deadline is not None and time.monotonic() > deadline
+            ):
+                break
+            record = make(item)
+            if record is None:
+                continue
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            fh.flush()
+            appended += 1
+            if appended % 10 == 0:
+                log(f"{appended} {what} ({out.name}), last {record['s']} s")
+    return appended
 
 
 def write_one(llm: Completes, row: dict) -> dict:
@@ -236,40 +273,27 @@ def run(
     from rag.errors import GenerationError
 
     done = done_ids(out)
+    failures: list[GenerationError] = []
+    written: list[str] = []
+
+    def make(row: dict) -> dict | None:
+        try:
+            record = write_one(llm, row)
+        except GenerationError as exc:
+            failures.append(exc)
+            log(f"{row['id']}: {exc}")
+            if len(failures) >= 5 and not written:
+                raise  # a dead server, not a flaky call
+            return None
+        written.append(row["id"])
+        return record
+
     todo = [r for r in rows if r["id"] not in done]
-    deadline = None if minutes is None else time.monotonic() + 60 * minutes
-    written = failures = 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as fh:
-        for row in todo:
-            if (limit is not None and written >= limit) or (
-                deadline is not None and time.monotonic() > deadline
-            ):
-                break
-            try:
-                record = write_one(llm, row)
-            except GenerationError as exc:
-                failures += 1
-                log(f"{row['id']}: {exc}")
-                if failures >= 5 and not written:
-                    raise
-                continue
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            fh.flush()
-            written += 1
-            if written % 10 == 0:
-                log(f"{written} written ({len(done) + written} in {out.name}), last {record['s']} s")
-    return written
+    return _append_each(out, todo, make, limit=limit, minutes=minutes, log=log, what="written")
 
 
 def checks_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + CHECKS_SUFFIX)
-
-
-def _read(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def load(path: Path = OUT, corpora: Sequence[str] | None = None) -> list[dict]:
@@ -306,36 +330,34 @@ def check(
 
     out = checks_path(path)
     done = {(c["id"], c["kind"]) for c in _read(out)}
+
+    def make(item: tuple[dict, str]) -> dict | None:
+        record, kind = item
+        started = time.perf_counter()
+        reply = ask(llm, record[kind], record["sentence"], section=record.get("heading", ""))
+        if "error" in reply:
+            log(f"{record['id']} {kind}: {reply['error']}")
+            return None
+        return {
+            "id": record["id"],
+            "kind": kind,
+            "confirmed": reply["confirmed"],
+            "reply": reply["reply"],
+            "s": round(time.perf_counter() - started, 2),
+        }
+
     todo = [(r, k) for r in load(path) for k in kinds if (r["id"], k) not in done]
-    deadline = None if minutes is None else time.monotonic() + 60 * minutes
-    asked = 0
-    with out.open("a", encoding="utf-8") as fh:
-        for record, kind in todo:
-            if (limit is not None and asked >= limit) or (
-                deadline is not None and time.monotonic() > deadline
-            ):
-                break
-            started = time.perf_counter()
-            reply = ask(llm, record[kind], record["sentence"], section=record.get("heading", ""))
-            if "error" in reply:
-                log(f"{record['id']} {kind}: {reply['error']}")
-                continue
-            row = {"id": record["id"], "kind": kind, "confirmed": reply["confirmed"], "reply": reply["reply"]}
-            fh.write(json.dumps({**row, "s": round(time.perf_counter() - started, 2)}) + "\n")
-            fh.flush()
-            asked += 1
-            if asked % 20 == 0:
-                log(f"{asked} checked")
-    return asked
+    return _append_each(out, todo, make, limit=limit, minutes=minutes, log=log, what="checked")
 
 
 def stats(path: Path = OUT) -> dict[str, Any]:
     """What the file holds: records and kept ones per corpus, why the others were not kept, seconds per call."""
     from collections import Counter
 
-    if not path.is_file():
+    records = _read(path)
+    if not records:
         return {"records": 0}
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    checks = _read(checks_path(path))
     seconds = sorted(float(r.get("s", 0.0)) for r in records)
     return {
         "records": len(records),
@@ -348,8 +370,7 @@ def stats(path: Path = OUT) -> dict[str, Any]:
         "s_per_call_p50": seconds[len(seconds) // 2] if seconds else None,
         "models": sorted({str(r.get("model")) for r in records}),
         "checks": {
-            kind: dict(Counter(str(c["confirmed"]) for c in _read(checks_path(path)) if c["kind"] == kind))
-            for kind in EXPECTED
+            kind: dict(Counter(str(c["confirmed"]) for c in checks if c["kind"] == kind)) for kind in EXPECTED
         },
         "prompts": sorted({str(r.get("prompt")) for r in records}),
     }

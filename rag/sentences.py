@@ -44,14 +44,21 @@ def reading_text(heading: str, sentence: str) -> str:
     ``HEADING_WORDS`` words. Measured with all-mpnet-base-v2 on the tune splits' evidence (leave one corpus out,
     docs/reader.md): the whole section path read worse than these two parts and cost 2.6x the tokens (EPA's
     paths repeat long directive titles)."""
+    parts = heading_parts(heading)
+    kept = parts[:1] + parts[-1:] if len(parts) > 1 else parts
+    head = " > ".join(_first_words(p, HEADING_WORDS) for p in kept)
+    return f"{head}: {collapse_ws(sentence)}" if head else collapse_ws(sentence)
+
+
+def heading_parts(heading: str) -> list[str]:
+    """The parts of a ``chunk_heading`` (title, then the section path), a part repeated next to itself said once
+    (a title that is also the first section)."""
     parts: list[str] = []
     for part in heading.split(" > "):
         part = collapse_ws(part)
         if part and (not parts or part != parts[-1]):
             parts.append(part)
-    kept = parts[:1] + parts[-1:] if len(parts) > 1 else parts
-    head = " > ".join(_first_words(p, HEADING_WORDS) for p in kept)
-    return f"{head}: {collapse_ws(sentence)}" if head else collapse_ws(sentence)
+    return parts
 
 
 def _first_words(text: str, n: int) -> str:
