@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.errors import ConfigurationError
 
-PackingStrategy = Literal["edges", "best_first", "best_last", "document_order"]
+PackingStrategy = Literal["edges", "best_first", "best_last", "document_order", "bundle_edges"]
 
 
 # Mechanisms `ablate` can switch off (hops: max_hops=0; near-duplicate removal: dedup_threshold above 1).

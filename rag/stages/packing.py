@@ -22,7 +22,7 @@ from rag.stages.budget import score_of
 from rag.stages.bundling import has_rule_cue
 from rag.types import Bundle, Candidate, Chunk, Evidence
 
-STRATEGIES = ("edges", "best_first", "best_last", "document_order")
+STRATEGIES = ("edges", "best_first", "best_last", "document_order", "bundle_edges")
 
 
 def edges_order(n: int) -> list[int]:
@@ -121,15 +121,17 @@ def edge_pack(bundles: Sequence[Bundle], strategy: str = "edges") -> list[Bundle
     """Order ``bundles`` (ranked best first) for the prompt, and their members: the returned bundles hold their
     members in prompt order. ``edges``: bundles in edge order, the first one led by its best passage and the
     last one ended by it; ``best_first``: in rank order, the first led by its best; ``best_last``: in reverse
-    rank order, the last ended by its best; ``document_order``: by source and position, members untouched. A
-    bundle of passages that state nothing ranks after every other (it never sits at an edge while another can).
+    rank order, the last ended by its best; ``document_order``: by source and position, members untouched;
+    ``bundle_edges``: bundles in edge order, members untouched (the packing before passage-level edges: a
+    bundle at an edge may open with its heading or the paragraph before the rule). A bundle of passages that
+    state nothing ranks after every other (it never sits at an edge while another can).
     """
     if strategy == "document_order":
         return sorted(bundles, key=_document_key)
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown packing strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     ranked = [b for b in bundles if _can_lead(b)] + [b for b in bundles if not _can_lead(b)]
-    if strategy == "edges":
+    if strategy in ("edges", "bundle_edges"):
         packed = [ranked[i] for i in edges_order(len(ranked))]
     elif strategy == "best_first":
         packed = list(ranked)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag.stages.packing import edge_pack, edges_order, number_evidence, states_nothing
+from rag.stages.packing import STRATEGIES, edge_pack, edges_order, number_evidence, states_nothing
 from rag.types import Bundle
 from tests.stages.factories import make_candidate, make_chunk
 
@@ -133,6 +133,15 @@ def test_the_edge_bundles_put_their_best_passage_at_the_edge_and_the_rest_in_doc
     assert evidence[0].candidate.rerank_score == 0.9 and evidence[-1].candidate.rerank_score == 0.8
 
 
+def test_bundle_edges_places_bundles_as_edges_does_but_keeps_every_bundle_in_document_order() -> None:
+    first = member_bundle(0, [0.2, 0.9, 0.5], "a")
+    middle = member_bundle(1, [0.1, 0.3, 0.2], "m")
+    last = member_bundle(2, [0.4, 0.8, 0.6], "z")
+    old = edge_pack([first, last, middle], "bundle_edges")
+    assert [b.bundle_id for b in old] == [b.bundle_id for b in edge_pack([first, last, middle])]
+    assert [texts(b) for b in old] == [["a 0", "a 1", "a 2"], ["m 0", "m 1", "m 2"], ["z 0", "z 1", "z 2"]]
+
+
 def test_a_passage_that_states_nothing_never_leads() -> None:
     heading = make_candidate(
         "Leave Policy\n\nEffective date: 1 January 2024. Policy owner: People Team.",
@@ -238,7 +247,7 @@ def test_edges_order_matches_the_documented_rule(n: int) -> None:
 
 @given(
     st.lists(st.integers(1, 4), max_size=12),
-    st.sampled_from(["edges", "best_first", "best_last", "document_order"]),
+    st.sampled_from(STRATEGIES),
 )
 def test_numbering_is_a_bijection_onto_all_members(sizes: list[int], strategy: str) -> None:
     packed_in = [
