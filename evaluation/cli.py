@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -325,7 +325,12 @@ def qa(
     limit: Annotated[int | None, typer.Option("--limit", help="At most N questions.")] = None,
     user: Annotated[str, typer.Option("--user", help="Who asks when a record names no user.")] = "eval",
     packing: Annotated[
-        str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")
+        str | None,
+        typer.Option(
+            "--packing",
+            help="edges|best_first|best_last|document_order|bundle_edges; several, comma-separated, ask each "
+            "question under each in turn and compare them paired (with --out: written as it goes).",
+        ),
     ] = None,
     k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
     llm: Annotated[
@@ -346,7 +351,14 @@ def qa(
     from evaluation.qa import run_qa
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions
+    from rag.stages.packing import STRATEGIES
 
+    packings = [p.strip() for p in (packing or "").split(",") if p.strip()]
+    unknown = [p for p in packings if p not in STRATEGIES]
+    if unknown or len(set(packings)) != len(packings):
+        raise ConfigurationError(
+            f"Bad --packing {packing!r}.", hint=f"Name distinct strategies among {', '.join(STRATEGIES)}."
+        )
     settings = _settings(data_dir)
     path = questions or default_questions_path()
     qs = load_questions(path)
@@ -355,36 +367,135 @@ def qa(
     if not qs:
         raise ConfigurationError(f"No questions in {path}.")
     pipeline = build_pipeline(settings)
+    meta = {
+        "questions": str(path),
+        "data_dir": str(settings.data_dir),
+        "generation": "llm" if (pipeline.llm is not None and llm is not False) else "extractive",
+    }
+    if len(packings) > 1:
+        _qa_paired(
+            qs,
+            pipeline,
+            packings,
+            k=k,
+            llm=llm,
+            user=user,
+            meta=meta,
+            out=out,
+            as_json=as_json,
+        )
+        return
     update, stop = _progress(True)
     try:
         report = run_qa(
             qs,
             pipeline,
-            options=PipelineOptions(packing=packing, evidence_k=k, use_llm=llm),
+            options=PipelineOptions(packing=packing or None, evidence_k=k, use_llm=llm),
             default_user=user,
             progress=update,
         )
     finally:
         stop()
-    report.meta = {
-        "questions": str(path),
-        "data_dir": str(settings.data_dir),
-        "packing": packing or settings.packing,
-        "generation": "llm" if (pipeline.llm is not None and llm is not False) else "extractive",
-    }
+    report.meta = {**meta, "packing": packing or settings.packing}
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
-        with open(out / "questions.jsonl", "w") as fh:
-            for row in report.rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        with open(out / "results.jsonl", "w") as fh:  # the input grade_evidence.py expects
-            for result in report.results:
-                fh.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
+        _write_qa(out, report)
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
     _console().print(qa_table(report))
+
+
+def _write_qa(out: Path, report: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
+    with open(out / "questions.jsonl", "w") as fh:
+        for row in report.rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    with open(out / "results.jsonl", "w") as fh:  # the input grade_evidence.py expects
+        for result in report.results:
+            fh.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
+
+
+def _appender(out: Path, packings: Sequence[str]) -> Callable[[str, dict[str, Any], dict[str, Any]], None]:
+    """Empty ``out/<packing>/{questions,results}.jsonl``, then append each graded row and raw answer as it comes."""
+    for p in packings:
+        (out / p).mkdir(parents=True, exist_ok=True)
+        for name in ("questions.jsonl", "results.jsonl"):
+            (out / p / name).write_text("")
+
+    def append(p: str, row: dict[str, Any], raw: dict[str, Any]) -> None:
+        for name, obj in (("questions.jsonl", row), ("results.jsonl", raw)):
+            with open(out / p / name, "a") as fh:
+                fh.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+
+    return append
+
+
+def _qa_paired(
+    qs: Any,
+    pipeline: Any,
+    packings: list[str],
+    *,
+    k: int | None,
+    llm: bool | None,
+    user: str,
+    meta: dict[str, Any],
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """``rag eval qa --packing A,B``: each question under each packing in turn, one report per packing (under
+    ``out/<packing>/``, rows appended as they come), and every packing against the first, paired."""
+    from evaluation.qa import PAIRED_METRICS, compare_packings, run_packings
+    from rag.pipeline import PipelineOptions
+
+    update, stop = _progress(True)
+    try:
+        reports = run_packings(
+            qs,
+            pipeline,
+            packings,
+            options=lambda p: PipelineOptions(packing=p, evidence_k=k, use_llm=llm),
+            default_user=user,
+            progress=update,
+            sink=None if out is None else _appender(out, packings),
+        )
+    finally:
+        stop()
+    for p, report in reports.items():
+        report.meta = {**meta, "packing": p}
+    paired = {m: [c.to_json() for c in compare_packings(reports, m)] for m in PAIRED_METRICS}
+    data = {"packings": {p: r.to_json() for p, r in reports.items()}, "paired": paired, "meta": meta}
+    if out is not None:
+        for p, report in reports.items():
+            _write_qa(out / p, report)
+        (out / "paired.json").write_text(json.dumps({"paired": paired, "meta": meta}, indent=1))
+    if as_json:
+        typer.echo(json.dumps(data, ensure_ascii=False))
+        return
+    console = _console()
+    for p, report in reports.items():
+        console.print(f"[bold]{p}[/bold]")
+        console.print(qa_table(report))
+    console.print(paired_table(paired))
+
+
+def paired_table(paired: dict[str, list[dict[str, Any]]]) -> Table:
+    """Each packing against the first, per metric: both rates, the discordant pairs, McNemar's p."""
+    table = Table(title="Packings compared on the same questions (exact McNemar on the discordant pairs)")
+    for col in ("metric", "a vs b", "a", "b", "only a / only b", "p", "diff 95% CI"):
+        table.add_column(col)
+    for metric, comparisons in paired.items():
+        for c in comparisons:
+            table.add_row(
+                metric,
+                f"{c['a']} vs {c['b']}",
+                f"{_pct(c['acc_a'])} of {c['n_pairs']}",
+                _pct(c["acc_b"]),
+                f"{c['a_only']} / {c['b_only']}",
+                f"{c['p_value']:.3g}",
+                f"[{100 * c['ci_low']:+.0f}, {100 * c['ci_high']:+.0f}]",
+            )
+    return table
 
 
 def multihop_table(report: Any) -> Table:

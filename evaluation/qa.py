@@ -17,20 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 from evaluation.datasets import EvalQuestion
 from evaluation.graders import (
+    at_prompt_edge,
     best_gold_at_edge,
     content_recall,
     covered,
+    first_covering,
     grade,
     grade_all_of,
     key_facts,
     normalised_match,
     strict_match,
 )
-from evaluation.stats import wilson_interval
+from evaluation.stats import compare_paired, wilson_interval
 from rag.errors import RagError
 
 if TYPE_CHECKING:
     from rag.pipeline import Question
+    from rag.sweeps import Comparison
 
 CONTENT_RECALL_THRESHOLD = 0.5
 METRICS = (
@@ -39,6 +42,8 @@ METRICS = (
     "retrieval_recall",
     "evidence_recall",
     "best_gold_at_edge",
+    "gold_at_prompt_edge",
+    "cites_gold",
     "citation_validity",
     "citation_support",
     "abstention_rate",
@@ -90,6 +95,8 @@ def grade_question(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     abstained = bool(result.get("abstained"))
     correct, strict, how = grade_answer(q, answer, abstained)
     citations = result.get("citations", [])
+    gold_n = first_covering(quotes[0], evidence) if quotes else None
+    holds_gold = {e.get("n") for e in evidence if any(covered(g, [e.get("text", "")]) for g in quotes)}
     return {
         "id": q.id,
         "type": q.type,
@@ -104,6 +111,11 @@ def grade_question(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
         "retrieval_recall": all(covered(g, cand_texts) for g in quotes) if quotes else None,
         "evidence_recall": all(covered(g, ev_texts) for g in quotes) if quotes else None,
         "best_gold_at_edge": best_gold_at_edge(quotes[0], evidence) if quotes else None,
+        "gold_position": gold_n,
+        "gold_at_prompt_edge": at_prompt_edge(gold_n, evidence) if gold_n is not None else None,
+        "cites_gold": any(c.get("valid") and c.get("n") in holds_gold for c in citations)
+        if holds_gold
+        else None,
         "citations": len(citations),
         "citations_valid": sum(1 for c in citations if c.get("valid")),
         "citations_supported": sum(1 for c in citations if c.get("valid") and c.get("supported")),
@@ -139,6 +151,8 @@ def summarise(rows: Sequence[dict[str, Any]], confidence: float = 0.95) -> dict[
         "retrieval_recall": flag("retrieval_recall"),
         "evidence_recall": flag("evidence_recall"),
         "best_gold_at_edge": flag("best_gold_at_edge"),
+        "gold_at_prompt_edge": flag("gold_at_prompt_edge"),
+        "cites_gold": flag("cites_gold"),
         "citation_validity": rate(
             sum(r["citations_valid"] for r in rows), sum(r["citations"] for r in rows), confidence
         ),
@@ -231,3 +245,60 @@ def run_qa(
         if progress is not None:
             progress(i, len(questions))
     return QAReport(rows, confidence, results=results)
+
+
+PAIRED_METRICS = ("correct", "strict_correct", "cites_gold")
+
+
+def run_packings(
+    questions: Sequence[EvalQuestion],
+    pipeline: Any,
+    packings: Sequence[str],
+    *,
+    options: Callable[[str], Any],
+    default_user: str = "eval",
+    confidence: float = 0.95,
+    progress: Callable[[int, int], None] | None = None,
+    sink: Callable[[str, dict[str, Any], dict[str, Any]], None] | None = None,
+) -> dict[str, QAReport]:
+    """Each question asked under every packing in turn before the next question (``options(packing)`` gives the
+    query-path options), so the reports are paired question by question even when a slow run is cut short, and
+    an LLM server's prefix cache serves the prompt opening the packings share. ``sink(packing, row, result)``
+    sees each graded row and raw result as it comes (a long run writes as it goes)."""
+    if len(set(packings)) != len(packings) or not packings:
+        raise ValueError(f"packings must be distinct and at least one: {list(packings)}")
+    reports = {p: QAReport([], confidence) for p in packings}
+    for i, q in enumerate(questions, 1):
+        for packing in packings:
+            result = ask(pipeline, as_asked(q, default_user=default_user), options(packing))
+            row = grade_question(q, result)
+            raw = {"id": q.id, **result}
+            reports[packing].rows.append(row)
+            reports[packing].results.append(raw)
+            if sink is not None:
+                sink(packing, row, raw)
+        if progress is not None:
+            progress(i, len(questions))
+    return reports
+
+
+def compare_packings(reports: dict[str, QAReport], metric: str = "correct") -> list[Comparison]:
+    """Every packing against the first on ``metric`` (a row flag), over the questions each expects answered:
+    exact McNemar on the discordant pairs, a paired bootstrap interval of the difference."""
+    names = list(reports)
+    base = [r for r in reports[names[0]].rows if not r["expected_abstention"]]
+    base_ids = [r["id"] for r in base]
+    out = []
+    for name in names[1:]:
+        other = [r for r in reports[name].rows if not r["expected_abstention"]]
+        if [r["id"] for r in other] != base_ids:
+            raise ValueError(f"{name} was not asked the same questions as {names[0]}")
+        out.append(
+            compare_paired(
+                [bool(r[metric]) for r in base],
+                [bool(r[metric]) for r in other],
+                label_a=names[0],
+                label_b=name,
+            )
+        )
+    return out

@@ -225,3 +225,84 @@ def test_qa_command_with_a_fake_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert [r["id"] for r in raw] == ["a", "b"] and raw[0]["answer"] == "45 days [1]."
     table = runner.invoke(eval_app, ["qa", "--questions", str(questions), "--data-dir", str(tmp_path)])
     assert table.exit_code == 0 and "overall" in table.stdout
+
+
+def test_qa_command_compares_packings_paired_and_writes_as_it_goes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import rag.pipeline
+
+    rule = "Customers may return items within 45 days of delivery for a full refund."
+    other = "Gift cards are not refundable, except where required by law."
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": i,
+                    "type": "single",
+                    "question": f"Refund window {i}?",
+                    "answers": ["45 days"],
+                    "evidence": [{"quote": rule}],
+                }
+            )
+            + "\n"
+            for i in ("a", "b")
+        )
+    )
+
+    class FakePipeline:
+        llm = None
+
+        def __init__(self, settings: Any, **_: Any) -> None:
+            self.settings = settings
+
+        def ask(self, question: Any, options: Any = None) -> Any:
+            new = options.packing == "edges"
+            data = {
+                "answer": "45 days [1]." if new else "Ask the team [1].",
+                "abstained": False,
+                "evidence": [
+                    {"n": 1, "text": rule if new else other, "bundle": 0},
+                    {"n": 2, "text": other if new else rule, "bundle": 0},
+                ],
+                "candidates": [{"text": rule}],
+                "citations": [{"n": 1, "valid": True, "supported": True}],
+                "tokens": {"prompt": 100},
+                "timings_ms": {"total": 5.0},
+                "error": None,
+            }
+            return type("R", (), {"to_json": lambda self: data})()
+
+    monkeypatch.setattr(rag.pipeline, "Pipeline", FakePipeline)
+    args = [
+        "qa",
+        "--questions",
+        str(questions),
+        "--data-dir",
+        str(tmp_path),
+        "--packing",
+        "edges,bundle_edges",
+    ]
+    res = runner.invoke(eval_app, [*args, "--json", "--out", str(tmp_path / "qa")])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["packings"]["edges"]["overall"]["accuracy"]["k"] == 2
+    assert data["packings"]["bundle_edges"]["overall"]["accuracy"]["k"] == 0
+    assert data["packings"]["bundle_edges"]["overall"]["gold_at_prompt_edge"]["k"] == 2  # second of two
+    (accuracy,) = data["paired"]["correct"]
+    assert (accuracy["a"], accuracy["b"], accuracy["a_only"], accuracy["b_only"]) == (
+        "edges",
+        "bundle_edges",
+        2,
+        0,
+    )
+    assert data["paired"]["cites_gold"][0]["a_only"] == 2
+    for packing in ("edges", "bundle_edges"):
+        rows = (tmp_path / "qa" / packing / "questions.jsonl").read_text().splitlines()
+        assert [json.loads(r)["id"] for r in rows] == ["a", "b"]
+    assert json.loads((tmp_path / "qa" / "paired.json").read_text())["paired"]["correct"][0]["n_pairs"] == 2
+    table = runner.invoke(eval_app, args)
+    assert table.exit_code == 0 and "edges vs bundle_edges" in table.stdout
+    bad = runner.invoke(eval_app, [*args[:-1], "edges,edges"])
+    assert bad.exit_code == 1 and "distinct strategies" in bad.output and "Traceback" not in bad.output

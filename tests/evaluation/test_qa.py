@@ -188,3 +188,64 @@ def test_run_qa_asks_as_each_records_user() -> None:
     assert set(data["types"]) == {"single", "unanswerable"}
     assert data["overall"]["accuracy"]["rate"] == pytest.approx(1.0)
     assert data["questions"][0]["prompt_tokens"] == 321
+
+
+class PackingPipeline:
+    """Answers right under one packing only; records (question, packing) in the order asked."""
+
+    def __init__(self, right_under: str) -> None:
+        self.right_under = right_under
+        self.asked: list[tuple[str, str]] = []
+
+    def ask(self, question: Any, options: Any = None) -> Any:
+        self.asked.append((question.text, options.packing))
+        right = options.packing == self.right_under
+        data = result(
+            "45 days [1]." if right else "Ask the team [1].",
+            [RULE, EXCEPTION] if right else [EXCEPTION, RULE],
+            citations=[{"n": 1, "valid": True, "supported": True}],
+        )
+        return type("R", (), {"to_json": lambda self: data})()
+
+
+def test_run_packings_asks_each_question_under_every_packing_before_the_next() -> None:
+    from evaluation.qa import compare_packings, run_packings
+    from rag.pipeline import PipelineOptions
+
+    fake = PackingPipeline("edges")
+    seen: list[tuple[str, str]] = []
+    reports = run_packings(
+        [Q_REFUND, Q_NONE],
+        fake,
+        ["edges", "bundle_edges"],
+        options=lambda p: PipelineOptions(packing=p, use_llm=False),
+        sink=lambda p, row, raw: seen.append((p, raw["id"])),
+    )
+    assert fake.asked == [
+        ("Refund window?", "edges"),
+        ("Refund window?", "bundle_edges"),
+        ("Wedding leave?", "edges"),
+        ("Wedding leave?", "bundle_edges"),
+    ]
+    assert seen == [("edges", "s01"), ("bundle_edges", "s01"), ("edges", "s28"), ("bundle_edges", "s28")]
+    edges, old = reports["edges"].rows[0], reports["bundle_edges"].rows[0]
+    assert (edges["gold_position"], edges["gold_at_prompt_edge"], edges["cites_gold"]) == (1, True, True)
+    assert (old["gold_position"], old["cites_gold"], old["correct"]) == (2, False, False)
+    (accuracy,) = compare_packings(reports, "correct")
+    assert (accuracy.a, accuracy.b, accuracy.n_pairs) == (
+        "edges",
+        "bundle_edges",
+        1,
+    )  # the unanswerable is out
+    assert (accuracy.a_only, accuracy.b_only, accuracy.acc_a, accuracy.acc_b) == (1, 0, 1.0, 0.0)
+
+
+def test_run_packings_refuses_repeated_packings_and_compare_refuses_unpaired_reports() -> None:
+    from evaluation.qa import QAReport, compare_packings, run_packings
+
+    with pytest.raises(ValueError, match="distinct"):
+        run_packings([Q_REFUND], PackingPipeline("edges"), ["edges", "edges"], options=lambda p: None)
+    a = grade_question(Q_REFUND, result("45 days [1].", [RULE]))
+    b = grade_question(Q_GIFT, result("not refundable [1].", [EXCEPTION]))
+    with pytest.raises(ValueError, match="same questions"):
+        compare_packings({"edges": QAReport([a]), "bundle_edges": QAReport([b])})
