@@ -57,7 +57,7 @@ from evaluation.graders import (
 )
 from evaluation.stats import PAIRED_TESTS, compare_paired, wilson_interval
 from rag.errors import ConfigurationError, RagError
-from rag.stages.packing import STRATEGIES, edge_pack
+from rag.stages.packing import SINGLE_PASSAGE_STRATEGIES, STRATEGIES, edge_pack
 from rag.sweeps import Cell, Comparison, SweepResult
 from rag.text import count_tokens
 from rag.types import Bundle, Candidate, Chunk, Evidence, Prompt
@@ -84,7 +84,7 @@ class SweepConfig:
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     positions: tuple[int, ...] = ()  # 1-based; when given, replaces depths
     lengths: tuple[str, ...] = ("10", "20", "30")  # passages, or "<n>t" tokens of passage text
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = SINGLE_PASSAGE_STRATEGIES
     control: bool = True
     spacing: bool = True
     repeats: int = 1

@@ -69,7 +69,7 @@ def ask(
         Path | None, typer.Option("--batch", help="JSONL of {id, question, user, groups}.")
     ] = None,
     packing: Annotated[
-        str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order")
+        str | None, typer.Option("--packing", help="edges|best_first|best_last|document_order|bundle_edges")
     ] = None,
     k: Annotated[int | None, typer.Option("--k", help="Evidence budget: at most K passages.")] = None,
     no_trace: Annotated[bool, typer.Option("--no-trace", help="Do not store the trace.")] = False,

@@ -22,7 +22,10 @@ from rag.stages.budget import score_of
 from rag.stages.bundling import has_rule_cue
 from rag.types import Bundle, Candidate, Chunk, Evidence
 
-STRATEGIES = ("edges", "best_first", "best_last", "document_order", "bundle_edges")
+# Where single passages can go; bundle_edges differs from edges only inside a bundle of several passages, so a
+# sweep over single passages (evaluation/position.py) leaves it out by default.
+SINGLE_PASSAGE_STRATEGIES = ("edges", "best_first", "best_last", "document_order")
+STRATEGIES = (*SINGLE_PASSAGE_STRATEGIES, "bundle_edges")
 
 
 def edges_order(n: int) -> list[int]:

@@ -247,7 +247,7 @@ def test_sweep_recovers_the_true_value_of_every_cell_with_one_and_two_source_que
     by_cell: dict[str, list[float]] = {}
     for r in result.runs:
         by_cell.setdefault(r["label"], []).append(true_accuracy(tuple(p - 1 for p in r["gold_positions"]), L))
-    assert len(result.cells) == 5 + 4 + 3 + 1
+    assert len(result.cells) == 5 + len(STRATEGIES) + 3 + 1
     for c in result.cells:
         expected = sum(by_cell[c.label]) / len(by_cell[c.label])
         if c.kind == "depth":

@@ -100,7 +100,7 @@ def _show(result: SweepResult) -> None:
 
 
 def _run_form(settings: Any) -> SweepResult | None:
-    from rag.stages.packing import STRATEGIES
+    from rag.stages.packing import SINGLE_PASSAGE_STRATEGIES, STRATEGIES
 
     generators = ["simulated", "extractive"] + (["openai"] if settings.llm_configured else [])
     with st.form("eval_run"):
@@ -123,7 +123,7 @@ def _run_form(settings: Any) -> SweepResult | None:
             "Context lengths (passages)", ["10", "20", "30"], ["10", "20"], key="eval_lengths"
         )
         strategies = cols[1].multiselect(
-            "Packing strategies", list(STRATEGIES), list(STRATEGIES), key="eval_strategies"
+            "Packing strategies", list(STRATEGIES), list(SINGLE_PASSAGE_STRATEGIES), key="eval_strategies"
         )
         limit = cols[2].number_input("Questions (0 = all)", 0, 1000, 10, key="eval_limit")
         cols = st.columns(3)
