@@ -86,17 +86,19 @@ def generate(
 
 
 def _answer_or_raise(result: GenerationResult, evidence: Sequence[Evidence]) -> GenerationResult:
-    """Drop lines that only copy a passage's header ("[1] Expenses — Expense guidelines"); an answer left with
+    """Drop lines that only copy a passage's header ("[1] Expenses — Expense guidelines") and put a 'Sources:'
+    list the model ran on at the end of a sentence on its own line; an answer left with
     no sentence of its own (nothing but ids and 'Sources:' lines) is a failed generation, so the caller
     answers from the evidence instead of showing the user a list of ids."""
-    from rag.stages.citations import claim_key, is_sources_line, parse_citations
+    from rag.stages.citations import claim_key, detach_sources, is_sources_line, parse_citations
     from rag.stages.prompt import passage_header
 
     def bare(line: str) -> str:
         return re.sub(r"\s*\(pp?\.[^)]*\)\s*$", "", claim_key(line)).casefold()
 
     headers = {bare(passage_header(e.n, e.candidate.chunk)) for e in evidence}
-    kept = [line for line in result.text.splitlines() if not line.strip() or bare(line) not in headers]
+    lines = detach_sources(result.text).splitlines()
+    kept = [line for line in lines if not line.strip() or bare(line) not in headers]
     text = "\n".join(kept).strip()
     claims = [
         s

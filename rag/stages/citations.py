@@ -17,6 +17,12 @@ _SOURCES_LINE = re.compile(
     rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?\s*$",
     re.IGNORECASE,
 )
+# "... idle time Sources: [1], [2]": a labelled id list the model ran on at the end of a sentence's line
+_TRAILING_SOURCES = re.compile(
+    r"(?<=\S)[ \t]+((?:[*_]*(?:sources?|references?|citations?)[*_]*\s*:\s*[*_]*\s*)"
+    rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?)[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _PREFIX = re.compile(r"^\s*(?:(?:quotes?|answer)\s*:\s*|[-*\u2022]\s+|\d+[.)]\s+)", re.IGNORECASE)
 _ENDS_WITH_MARKER = re.compile(rf"{_MARKER.pattern}\s*[.,;]?\s*$")
 _BARE_NUMBER = re.compile(r"^\s*(?:\d+|[a-zA-Z])[.)]\s*$")
@@ -44,6 +50,13 @@ def cited_ids(text: str) -> list[int]:
 def is_sources_line(sentence: str) -> bool:
     """'Sources: [1], [2]' (or a line of bare markers): a list of ids, not a claim to check."""
     return bool(_SOURCES_LINE.match(sentence))
+
+
+def detach_sources(answer: str) -> str:
+    """Put a 'Sources: [1], [2]' list that ends a line of text on a line of its own. Without a full stop
+    before it ("- [Mac instructions](...) Sources: [1], [2]") it would read as part of that line's claim, and
+    the claim check would judge 'Sources' as a name the passage lacks."""
+    return _TRAILING_SOURCES.sub(lambda m: "\n" + m.group(1), answer)
 
 
 def _sentences(answer: str) -> list[str]:

@@ -644,6 +644,10 @@ def test_copied_passage_headers_are_dropped_and_short_answers_kept(fake: FakeOpe
     assert out.text == "Refunds take 45 days [1].\nSources: [1]"
     fake.queue(Reply(text="Yes [2]."))
     assert generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard").text == "Yes [2]."
+    # a 'Sources:' list the model ran on at the end of a list item is not part of that item's claim
+    fake.queue(Reply(text="Refunds take 45 days [1].\n- [Refund form](./refunds.md) Sources: [1], [2]"))
+    out = generate(make_prompt(), make_evidence()[:3], "q?", client_for(fake), "standard")
+    assert out.text == "Refunds take 45 days [1].\n- [Refund form](./refunds.md)\nSources: [1], [2]"
 
 
 # The runtime's source build uses portable CPU flags: never -march=native, never AMX (a native build on a VM that

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from rag.stages.citations import check_citations, is_sources_line, parse_citations
+from rag.stages.citations import check_citations, detach_sources, is_sources_line, parse_citations
 from rag.types import Evidence
 from tests.stages.factories import make_candidate, make_chunk
 
@@ -72,6 +74,28 @@ def test_sources_lines(line: str) -> None:
 @pytest.mark.parametrize("line", ["Refunds take 45 days [1].", "Sources say refunds take 45 days [1]."])
 def test_claims_are_not_sources_lines(line: str) -> None:
     assert not is_sources_line(line)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            "- [Mac OS X instructions](./macosx.md#screen-lock) Sources: [1], [2]",
+            "- [Mac OS X instructions](./macosx.md#screen-lock)\nSources: [1], [2]",
+        ),
+        (
+            "Refunds take 45 days [1] **Sources:** [1].\nMore [2].",
+            "Refunds take 45 days [1]\n**Sources:** [1].\nMore [2].",
+        ),
+        ("Refunds take 45 days [1].\nSources: [1]", "Refunds take 45 days [1].\nSources: [1]"),
+        ("Sources say refunds take 45 days [1].", "Sources say refunds take 45 days [1]."),
+        ("Refunds take 45 days [1], [2]", "Refunds take 45 days [1], [2]"),
+    ],
+)
+def test_a_sources_list_run_on_at_the_end_of_a_line_gets_its_own_line(answer: str, expected: str) -> None:
+    assert detach_sources(answer) == expected
+    claims = [s for s, _ in parse_citations(detach_sources(answer)) if not is_sources_line(s)]
+    assert not any(re.search(r"(?i)sources?:", c) for c in claims)
 
 
 def test_a_supported_citation() -> None:
