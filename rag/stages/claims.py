@@ -302,10 +302,17 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(normalize(text).lower())
 
 
+# "no later than 30 days", "not more than 5": a bound, not a denial (its direction is the OPPOSITES check's job)
+_BOUND = re.compile(
+    r"\b(?:no|not)\s+(?:later|earlier|sooner|more|less|fewer|longer|shorter|greater|higher|lower)\s+than\b"
+)
+
+
 def negated(text: str) -> bool:
     """Does the text deny (not, no, never, cannot, n't, non-refundable, excluded, ...)? By parity: 'are not
-    prohibited' and 'is not unavailable' affirm."""
-    cues = sum(w in _NEG_WORDS or w.endswith("n't") or bool(_NEG_PREFIX.match(w)) for w in _words(text))
+    prohibited' and 'is not unavailable' affirm. A bound ('no later than', 'not more than') denies nothing."""
+    words = _BOUND.sub(" ", " ".join(_words(text))).split()
+    cues = sum(w in _NEG_WORDS or w.endswith("n't") or bool(_NEG_PREFIX.match(w)) for w in words)
     return cues % 2 == 1
 
 

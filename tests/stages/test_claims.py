@@ -134,6 +134,29 @@ def test_negation_cues() -> None:
     assert conflicts("The fee applies.", "The fee applies.") == ()
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Submit the form no later than 30 days before the move.",
+        "Claims are paid not more than 5 days after approval.",
+        "You may work no fewer than 20 hours a week.",
+    ],
+)
+def test_a_bound_is_not_a_denial(text: str) -> None:
+    assert not negated(text)
+    assert negated(
+        text.replace("Submit", "Do not submit")
+        .replace("are paid", "are never paid")
+        .replace("may", "may not")
+    )
+
+
+def test_a_deadline_restated_with_a_bound_does_not_contradict_its_passage() -> None:
+    passage = "This form should be completed no later than 30 days before your relocation date."
+    assert conflicts("Complete the form no later than 30 days before you relocate.", passage) == ()
+    assert "polarity" in " ".join(conflicts("Do not complete the form before you relocate.", passage))
+
+
 def test_the_prompt_asks_for_a_marker_after_every_sentence_without_example_ids() -> None:
     from rag.stages.prompt import build_prompt
 
