@@ -405,9 +405,13 @@ def qa(
     _console().print(qa_table(report))
 
 
-def _write_qa(out: Path, report: Any) -> None:
+def _write_report(out: Path, report: Any) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
+
+
+def _write_qa(out: Path, report: Any) -> None:
+    _write_report(out, report)
     with open(out / "questions.jsonl", "w") as fh:
         for row in report.rows:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -466,8 +470,8 @@ def _qa_paired(
     paired = {m: [c.to_json() for c in compare_packings(reports, m)] for m in PAIRED_METRICS}
     data = {"packings": {p: r.to_json() for p, r in reports.items()}, "paired": paired, "meta": meta}
     if out is not None:
-        for p, report in reports.items():
-            _write_qa(out / p, report)
+        for p, report in reports.items():  # rows and raw answers were appended as they came
+            _write_report(out / p, report)
         (out / "paired.json").write_text(json.dumps({"paired": paired, "meta": meta}, indent=1))
     if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False))

@@ -236,15 +236,16 @@ def run_qa(
     progress: Callable[[int, int], None] | None = None,
 ) -> QAReport:
     """Ask every question as its own user (record ``user``/``groups``, else ``default_user`` with no groups)."""
-    rows = []
-    results = []
-    for i, q in enumerate(questions, 1):
-        result = ask(pipeline, as_asked(q, default_user=default_user), options)
-        rows.append(grade_question(q, result))
-        results.append({"id": q.id, **result})
-        if progress is not None:
-            progress(i, len(questions))
-    return QAReport(rows, confidence, results=results)
+    reports = run_packings(
+        questions,
+        pipeline,
+        ["asked"],
+        options=lambda _: options,
+        default_user=default_user,
+        confidence=confidence,
+        progress=progress,
+    )
+    return reports["asked"]
 
 
 PAIRED_METRICS = ("correct", "strict_correct", "cites_gold")
