@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,7 @@ import numpy as np
 
 from evaluation.graders import norm, states
 from rag.sentences import reading_text
-from rag.stages.reading import (
-    DEFAULT_READER_MODEL,
-    FEATURES,
-    SECOND_FEATURES,
-    ReaderModel,
-    SecondStage,
-    intent_features,
-    second_features,
-)
+from rag.stages.reading import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 FALSE_ABSTENTION = 0.04
@@ -246,12 +237,12 @@ def fit(groups: Sequence[dict], c: float = C) -> ReaderModel:
     return ReaderModel(FEATURES, mean, scale, lr.coef_[0], float(lr.intercept_[0]), 0.5, 0.5)
 
 
-def question_scores(model: ReaderModel, groups: Sequence[dict], rescore: Any = None) -> dict[str, dict]:
+def question_scores(model: ReaderModel, groups: Sequence[dict]) -> dict[str, dict]:
     """Per question: the best probability over its intents' sentences, and per intent whether the top sentence
-    (and the top three) is gold. ``rescore``: read with the model's second stage (``SentenceScorer``)."""
+    (and the top three) is gold."""
     out: dict[str, dict] = {}
     for g in groups:
-        p = probabilities(model, g, rescore)
+        p = model.probabilities(g["x"])
         key = f"{g['corpus']}:{g['qid']}"
         row = out.setdefault(
             key,
@@ -276,40 +267,6 @@ def question_scores(model: ReaderModel, groups: Sequence[dict], rescore: Any = N
             row["top1"].append(bool(g["y"][order[0]]))
             row["top3"].append(bool(g["y"][order[:3]].any()))
     return out
-
-
-def probabilities(model: ReaderModel, group: dict, rescore: Any = None) -> np.ndarray:
-    """A group's probabilities as ``rag.stages.reading.read`` computes them (the second stage where the model has
-    one and ``rescore`` is given)."""
-    p = model.probabilities(group["x"])
-    if model.second is None or rescore is None:
-        return p
-    texts = group["ce_texts"]
-    return model.second.rescored(p, lambda top: rescore(group["query"], [texts[i] for i in top]))
-
-
-def fit_second(
-    first: ReaderModel, groups: Sequence[dict], rescore: Any, k: int, encoder: str, c: float = C
-) -> SecondStage:
-    """The second stage over ``first``'s k best sentences of every group (its in-sample probabilities, as
-    the shipped model is trained), bars left at 0.5 for calibration."""
-    from sklearn.linear_model import LogisticRegression
-
-    xs, ys = [], []
-    for g in groups:
-        p = first.probabilities(g["x"])
-        top = np.argsort(-p, kind="stable")[:k]
-        if len(top) == 0:
-            continue
-        cos = rescore(g["query"], [g["ce_texts"][i] for i in top])
-        xs.append(second_features(p[top], np.asarray(cos)))
-        ys.append(g["y"][top])
-    x, y = np.vstack(xs), np.concatenate(ys)
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale[scale == 0] = 1.0
-    lr = LogisticRegression(C=c, max_iter=2000).fit((x - mean) / scale, y)
-    assert x.shape[1] == len(SECOND_FEATURES)
-    return SecondStage(encoder, k, mean, scale, lr.coef_[0], float(lr.intercept_[0]), 0.5, 0.5)
 
 
 def baseline_top1(groups: Sequence[dict], feature: str) -> tuple[int, int]:
@@ -363,22 +320,16 @@ def calibrate(rows: dict[str, dict]) -> tuple[float, float]:
     return float(answer_bar), support_bar
 
 
-def loco(
-    groups: Sequence[dict], c: float = C, *, rescore: Any = None, k: int = 0, encoder: str = ""
-) -> tuple[dict[str, dict], dict[str, Any]]:
-    """Each policy corpus held out in turn: the predictions pooled, and each corpus's figures. With ``k`` and
-    ``rescore``, each fold's first stage gets a second stage trained on the same corpora."""
+def loco(groups: Sequence[dict], c: float = C) -> tuple[dict[str, dict], dict[str, Any]]:
+    """Each policy corpus held out in turn: the predictions pooled, and each corpus's figures."""
     pooled: dict[str, dict] = {}
     report: dict[str, Any] = {}
     for held in POLICY:
         test = [g for g in groups if g["corpus"] == held and g.get("source") != "llm"]
         if not test:
             continue
-        train = [g for g in groups if g["corpus"] != held]
-        model = fit(train, c)
-        if k and rescore is not None:
-            model = replace(model, second=fit_second(model, train, rescore, k, encoder, c))
-        rows = question_scores(model, test, rescore)
+        model = fit([g for g in groups if g["corpus"] != held], c)
+        rows = question_scores(model, test)
         pooled.update(rows)
         report[held] = rows
     return pooled, report
@@ -400,19 +351,6 @@ def main(argv: list[str] | None = None) -> int:
         "--ce-folds",
         help="Cross-fitted cross-encoders: 'moj,hypha=DIR_A;dev,gitlab,sample,hotpotqa=DIR_B' (each corpus read "
         "by the model that did not train on it); --ce names the one that ships.",
-    )
-    parser.add_argument(
-        "--second",
-        type=int,
-        default=0,
-        metavar="K",
-        help="Train a second stage that reads the first stage's K best sentences again with all-mpnet-base-v2 "
-        "(its bars from its own held-out predictions); 0: none.",
-    )
-    parser.add_argument(
-        "--second-vectors",
-        type=Path,
-        help="A pickle of the second encoder's vectors by text, read first and written after (resumable).",
     )
     parser.add_argument("--write", action="store_true", help=f"Write {DEFAULT_READER_MODEL}.")
     parser.add_argument("--c", type=float, default=C)
@@ -484,33 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"leave-one-corpus-out bars: answer {answer_bar}, support {support_bar}")
     for name, rows in [*per.items(), ("pooled", pooled)]:
         print(name, json.dumps(summary(rows, answer_bar)))
-    rescore, second_loco = None, None
-    if args.second:
-        from rag.embedder import SECOND_READER_RUNTIME, load_embedder
-        from rag.models.mpnet import MPNET, SentenceScorer
-
-        rescore = SentenceScorer(lambda: load_embedder(MPNET, 8, SECOND_READER_RUNTIME))
-        if args.second_vectors and args.second_vectors.is_file():
-            rescore.remember(pickle.loads(args.second_vectors.read_bytes()))
-        pooled2, per2 = loco(groups, args.c, rescore=rescore, k=args.second, encoder=MPNET)
-        if args.second_vectors:
-            args.second_vectors.write_bytes(pickle.dumps(rescore.known()))
-        bars2 = calibrate(pooled2)
-        print(
-            f"second stage (k={args.second}) leave-one-corpus-out bars: answer {bars2[0]}, support {bars2[1]}"
-        )
-        for name, rows in [*per2.items(), ("pooled", pooled2)]:
-            print(f"second stage {name}", json.dumps(summary(rows, bars2[0])))
-        second_loco = summary(pooled2, bars2[0])
     if args.write:
         fitted = fit(groups, args.c)
-        second = None
-        if args.second and rescore is not None:
-            second = replace(
-                fit_second(fitted, groups, rescore, args.second, MPNET, args.c),
-                answer_bar=bars2[0],
-                support_bar=bars2[1],
-            )
         final = ReaderModel(
             fitted.features,
             fitted.mean,
@@ -533,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                 "c": args.c,
                 "cross_encoder": args.ce.name if args.ce else None,
                 "loco": summary(pooled, answer_bar),
-                "second_stage_loco": second_loco,
             },
-            second=second,
         )
         DEFAULT_READER_MODEL.write_text(json.dumps(final.to_json(), indent=1) + "\n")
         print(f"wrote {DEFAULT_READER_MODEL}")

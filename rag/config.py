@@ -77,13 +77,6 @@ class Settings(BaseSettings):
         "2.5x faster than 'onnx' here, vectors at cosine ~0.99; what the shipped reader was trained on), 'onnx' "
         "or 'torch'.",
     )
-    reader_second_stage: bool = Field(
-        default=True,
-        description="Where the reader model has a second stage (rag/models/reader.json), read each question's "
-        "few best sentences again with all-mpnet-base-v2 (rag/models/mpnet.py): the sentence that states the "
-        "answer comes first more often, at ~40 ms per sentence read on 2 cores (docs/reader.md). false: the "
-        "first stage alone.",
-    )
     reranker: str = Field(default="auto", description="'auto', 'none', 'features', 'cross-encoder', 'llm'.")
     reranker_path: str | None = Field(default=None, description="Local CrossEncoder directory or model id.")
     embed_batch_size: int = Field(

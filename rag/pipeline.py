@@ -17,7 +17,7 @@ from rag import trace_schema as ts
 from rag.components import Models, QueryVectors, Scoring, Search, build_stages
 from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
-from rag.embedder import Embedder, embedder_for, reading_encoder_for, second_reader_for
+from rag.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.index import IndexReader
 from rag.models import MODELS_DIR
 from rag.models.reading import identity
@@ -266,14 +266,7 @@ class Pipeline:
         ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
         cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
         self.models = Models(
-            reader,
-            embedder,
-            reranker,
-            reader_model,
-            cross_encoder,
-            reading_encoder,
-            reading_model,
-            second_reader_for(settings, reader_model),
+            reader, embedder, reranker, reader_model, cross_encoder, reading_encoder, reading_model
         )
         self.queries = QueryVectors(self.models)
         self.scoring = Scoring(self.models, self.queries)

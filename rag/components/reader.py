@@ -62,5 +62,4 @@ class Read:
             vectors=self.scoring.reading_vector_lookup(evidence),
             passage_scores={e.n: score_of(e.candidate) for e in evidence},
             cross_encoder=self.models.reader_cross_encoder,
-            rescore=self.models.reader_rescore,
         )

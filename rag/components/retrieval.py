@@ -3,7 +3,7 @@ query-vector cache every stage that embeds a query shares. Nothing here searches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 
@@ -36,8 +36,6 @@ class Models:
     reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
     reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
     reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
-    # the reader's second look (``rag.stages.reading.SecondStage``): (intent, texts) -> cosines; None when off
-    reader_rescore: Callable[[str, Sequence[str]], Sequence[float]] | None = None
 
 
 class QueryVectors:

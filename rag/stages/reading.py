@@ -182,95 +182,6 @@ def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[floa
     return x
 
 
-SECOND_FEATURES: tuple[str, ...] = (
-    "cos",  # the second encoder's cosine of the sentence (after its heading) with the intent
-    "cos_gap",  # ... minus the best of the k
-    "cos_rr",  # 1 / its rank by that cosine among the k
-    "logit",  # the first stage's logit
-    "logit_gap",  # ... minus the best of the k
-    "rank_rr",  # 1 / its first-stage rank
-)
-
-
-def second_features(first: np.ndarray, cosines: np.ndarray) -> np.ndarray:
-    """(k x SECOND_FEATURES) for the first stage's k best sentences of one intent, in first-stage order:
-    ``first`` their first-stage probabilities, ``cosines`` the second encoder's."""
-    first = np.clip(np.asarray(first, dtype=float), 1e-6, 1 - 1e-6)
-    cos = np.asarray(cosines, dtype=float)
-    logit = np.log(first / (1 - first))
-    return np.column_stack(
-        [cos, cos - cos.max(), _rr(cos), logit, logit - logit.max(), 1.0 / np.arange(1, len(cos) + 1)]
-    )
-
-
-@dataclass(frozen=True)
-class SecondStage:
-    """The reader's second look: the first stage's ``k`` best sentences of an intent read again by a stronger
-    sentence encoder (``encoder``, all-mpnet-base-v2: too costly for every sentence, affordable for a few) and
-    scored by a logistic model over SECOND_FEATURES. Its probabilities replace the first stage's for those k
-    (the others stay below them), and it carries its own bars, calibrated on its held-out predictions."""
-
-    encoder: str
-    k: int
-    mean: np.ndarray
-    scale: np.ndarray
-    coef: np.ndarray
-    intercept: float
-    answer_bar: float
-    support_bar: float
-
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
-
-    def rescored(self, first: np.ndarray, cosines: Callable[[Sequence[int]], Sequence[float]]) -> np.ndarray:
-        """One intent's probabilities after the second look: ``first`` the first stage's, ``cosines(rows)`` the
-        second encoder's cosines of those sentences with the intent. The k best keep the second stage's
-        probabilities; every other sentence keeps its own, capped below the lowest of them, so that the order
-        is the second stage's for the k and the first stage's after them."""
-        first = np.asarray(first, dtype=float)
-        top = np.argsort(-first, kind="stable")[: self.k]
-        if len(top) == 0:
-            return first
-        second = self.probabilities(
-            second_features(first[top], np.asarray(cosines(top.tolist()), dtype=float))
-        )
-        out = np.minimum(first, float(second.min()))
-        out[top] = second
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "encoder": self.encoder,
-            "k": self.k,
-            "features": list(SECOND_FEATURES),
-            "mean": self.mean.round(6).tolist(),
-            "scale": self.scale.round(6).tolist(),
-            "coef": self.coef.round(6).tolist(),
-            "intercept": round(self.intercept, 6),
-            "answer_bar": self.answer_bar,
-            "support_bar": self.support_bar,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SecondStage:
-        if tuple(data["features"]) != SECOND_FEATURES:
-            raise ConfigurationError(
-                "The reader's second stage was trained on other features than this version computes.",
-                hint="Retrain it: python -m evaluation.reader_train --second K.",
-            )
-        return cls(
-            str(data["encoder"]),
-            int(data["k"]),
-            np.asarray(data["mean"], dtype=float),
-            np.asarray(data["scale"], dtype=float),
-            np.asarray(data["coef"], dtype=float),
-            float(data["intercept"]),
-            float(data["answer_bar"]),
-            float(data["support_bar"]),
-        )
-
-
 @dataclass(frozen=True)
 class ReaderModel:
     """A logistic model over standardised FEATURES, with the bars calibrated on the tune splits.
@@ -290,7 +201,6 @@ class ReaderModel:
     support_bar: float
     keep_ratio: float = 0.5
     meta: dict[str, Any] = field(default_factory=dict)
-    second: SecondStage | None = None  # the second look at the k best, when the model was trained with one
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         if x.shape[1] != len(self.features):
@@ -309,7 +219,6 @@ class ReaderModel:
             "support_bar": self.support_bar,
             "keep_ratio": self.keep_ratio,
             "meta": self.meta,
-            "second_stage": self.second.to_json() if self.second is not None else None,
         }
 
     @classmethod
@@ -330,7 +239,6 @@ class ReaderModel:
             float(data["support_bar"]),
             float(data.get("keep_ratio", 0.5)),
             dict(data.get("meta", {})),
-            SecondStage.from_json(data["second_stage"]) if data.get("second_stage") else None,
         )
 
     @classmethod
@@ -351,7 +259,6 @@ class Reading:
     answer_bar: float
     support_bar: float
     keep_ratio: float
-    second: str = ""  # the encoder the second stage read the k best with ("" when it did not)
 
     def best(self, row: int) -> float:
         return float(self.probabilities[row].max()) if self.probabilities.shape[1] else 0.0
@@ -376,12 +283,7 @@ class Reading:
                     ],
                 }
             )
-        return {
-            "answer_bar": self.answer_bar,
-            "support_bar": self.support_bar,
-            "second_stage": self.second or None,
-            "intents": out,
-        }
+        return {"answer_bar": self.answer_bar, "support_bar": self.support_bar, "intents": out}
 
 
 class VectorLookup(Protocol):
@@ -447,17 +349,10 @@ def read(
     vectors: VectorLookup,
     passage_scores: Mapping[int, float],
     cross_encoder: CrossEncode | None = None,
-    rescore: CrossEncode | None = None,
 ) -> Reading:
-    """The probability that each sentence states what each intent asks (``intent_features``' arguments).
-    ``rescore(intent, texts)``: the second encoder's cosines, for a model with a second stage (without it, the
-    first stage's probabilities and bars)."""
-    second = model.second if rescore is not None else None
-    answer_bar, support_bar = (
-        (second.answer_bar, second.support_bar) if second else (model.answer_bar, model.support_bar)
-    )
+    """The probability that each sentence states what each intent asks (``intent_features``' arguments)."""
     if not sentences:
-        return Reading(np.zeros((len(intents), 0)), (), answer_bar, support_bar, model.keep_ratio)
+        return Reading(np.zeros((len(intents), 0)), (), model.answer_bar, model.support_bar, model.keep_ratio)
     features = intent_features(
         intents,
         sentences,
@@ -467,21 +362,7 @@ def read(
         cross_encoder=cross_encoder,
     )
     rows = [model.probabilities(x) for x in features]
-    if second is not None and rescore is not None:
-        texts = [reading_text(s.heading, s.text) for s in sentences]
-
-        def cosines(intent: str) -> Callable[[Sequence[int]], Sequence[float]]:
-            return lambda top: rescore(intent, [texts[i] for i in top])
-
-        rows = [second.rescored(p, cosines(intent)) for intent, p in zip(intents, rows, strict=True)]
-    return Reading(
-        np.vstack(rows),
-        tuple(sentences),
-        answer_bar,
-        support_bar,
-        model.keep_ratio,
-        second.encoder if second is not None else "",
-    )
+    return Reading(np.vstack(rows), tuple(sentences), model.answer_bar, model.support_bar, model.keep_ratio)
 
 
 def reader_coverage(coverage: Coverage, intents: Sequence[Intent], reading: Reading) -> Coverage:

@@ -9,23 +9,19 @@ import numpy as np
 import pytest
 
 from rag.errors import ConfigurationError
-from rag.sentences import reading_text
 from rag.stages.abstention import Coverage
 from rag.stages.extractive import evidence_sentences, extractive_answer
 from rag.stages.reading import (
     DEFAULT_READER_MODEL,
     FEATURES,
     PREFILTER,
-    SECOND_FEATURES,
     ReaderModel,
     Reading,
-    SecondStage,
     prefiltered,
     read,
     reader_coverage,
     reader_features,
     reader_support,
-    second_features,
     trim_bundles,
     with_cross_encoder,
 )
@@ -237,75 +233,3 @@ def test_the_evidence_cut_drops_bundles_far_below_the_best_sentence_once_every_i
     assert trim_bundles(bundles, evidence, reading, cut=0.3, keep=3)[0] == bundles[:3] + bundles[3:]
     unanswered = Reading(np.array([[0.9, 0.5, 0.05, 0.3], [0.1, 0.1, 0.1, 0.1]]), tuple(sents), 0.2, 0.6, 0.5)
     assert trim_bundles(bundles, evidence, unanswered, cut=0.3, keep=1) == (bundles, [])
-
-
-def _second(
-    weights: dict[str, float], k: int = 2, answer_bar: float = 0.3, support_bar: float = 0.9
-) -> SecondStage:
-    coef = np.array([weights.get(f, 0.0) for f in SECOND_FEATURES])
-    n = len(SECOND_FEATURES)
-    return SecondStage("all-mpnet-base-v2", k, np.zeros(n), np.ones(n), coef, 0.0, answer_bar, support_bar)
-
-
-def test_the_second_stage_reorders_only_the_first_stages_k_best_and_keeps_the_rest_below() -> None:
-    first = np.array([0.9, 0.1, 0.8, 0.05, 0.7])
-    seen: list[list[int]] = []
-
-    def cosines(rows: Sequence[int]) -> list[float]:
-        seen.append(list(rows))
-        return [{0: 0.2, 2: 0.9, 4: 0.5}[r] for r in rows]
-
-    stage = _second({"cos": 8.0}, k=3)
-    out = stage.rescored(first, cosines)
-    assert seen == [[0, 2, 4]]  # the first stage's three best, best first: only they are read again
-    assert list(np.argsort(-out, kind="stable")[:3]) == [2, 4, 0]  # now in the second encoder's order
-    assert out[[1, 3]].max() <= out[[0, 2, 4]].min()  # the others stay below, in their own order
-    assert out[1] >= out[3]
-
-
-def test_second_features_are_relative_to_the_k_best() -> None:
-    x = second_features(np.array([0.8, 0.5]), np.array([0.3, 0.6]))
-    col = {f: i for i, f in enumerate(SECOND_FEATURES)}
-    assert x.shape == (2, len(SECOND_FEATURES))
-    assert x[1, col["cos_rr"]] == 1.0 and x[0, col["cos_gap"]] == pytest.approx(-0.3)
-    assert x[0, col["logit"]] == pytest.approx(np.log(0.8 / 0.2)) and x[0, col["logit_gap"]] == 0.0
-    assert list(x[:, col["rank_rr"]]) == [1.0, 0.5]
-
-
-def test_read_with_a_second_stage_takes_its_order_and_its_bars_and_without_the_encoder_the_first_stages() -> (
-    None
-):
-    sents = evidence_sentences(EVIDENCE)
-    intent = "What do I do if I lose my laptop?"
-    first = _model({"coverage_idf": 6.0}, answer_bar=0.05, support_bar=1.0)
-    model = ReaderModel(**{**first.__dict__, "second": _second({"cos": 8.0}, k=3)})
-    asked: list[tuple[str, list[str]]] = []
-
-    def rescore(query: str, texts: Sequence[str]) -> list[float]:
-        asked.append((query, list(texts)))
-        return [1.0 if i == len(texts) - 1 else 0.0 for i in range(len(texts))]  # the third best states it
-
-    kwargs = dict(query_vectors=list(_vectors([intent])), vectors=_vectors, passage_scores={1: 0.9, 2: 0.4})
-    alone = read([intent], sents, model=model, **kwargs)  # type: ignore[arg-type]
-    assert (alone.answer_bar, alone.support_bar) == (0.05, 1.0)
-    assert "lost or stolen laptop" in sents[int(np.argmax(alone.probabilities[0]))].text
-    third = int(np.argsort(-alone.probabilities[0], kind="stable")[2])
-    both = read([intent], sents, model=model, rescore=rescore, **kwargs)  # type: ignore[arg-type]
-    assert (both.answer_bar, both.support_bar) == (0.3, 0.9)
-    assert len(asked) == 1 and asked[0][0] == intent and len(asked[0][1]) == 3
-    assert asked[0][1][2] == reading_text(sents[third].heading, sents[third].text)  # read after its heading
-    assert int(np.argmax(both.probabilities[0])) == third
-    assert both.to_json()["second_stage"] == "all-mpnet-base-v2" and alone.to_json()["second_stage"] is None
-
-
-def test_a_model_with_a_second_stage_round_trips_and_refuses_other_second_features() -> None:
-    model = ReaderModel(**{**_model({"cos": 1.0}).__dict__, "second": _second({"logit": 1.0})})
-    again = ReaderModel.from_json(json.loads(json.dumps(model.to_json())))
-    assert again.second is not None and again.second.k == 2 and again.second.encoder == "all-mpnet-base-v2"
-    x = np.random.default_rng(1).normal(size=(3, len(SECOND_FEATURES)))
-    assert np.allclose(again.second.probabilities(x), model.second.probabilities(x), atol=1e-5)  # type: ignore[union-attr]
-    data = model.to_json()
-    data["second_stage"] = {**data["second_stage"], "features": ["cos"]}
-    with pytest.raises(ConfigurationError, match="second stage"):
-        ReaderModel.from_json(data)
-    assert ReaderModel.from_json({**model.to_json(), "second_stage": None}).second is None
