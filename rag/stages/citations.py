@@ -10,17 +10,18 @@ from rag.types import Chunk, Citation, Evidence, Generated
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
 _LEADING_MARKERS = re.compile(rf"^(?:\s*{_MARKER.pattern}\s*[.,;]?)+")
+_ID_LIST = rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?"  # "[1], [3] and [4]."
 _SOURCES_LINE = re.compile(
     rf"^\s*(?:{_MARKER.pattern}\s*)*"  # "[1][3] Sources: [1], [3]": ids in front of the list too
     r"(?:[*_]*(?:sources?|references?|citations?|passages?(?:\s+used)?|evidence(?:\s+used)?|"
     r"ids?\s+used|used)[*_]*\s*:?\s*[*_]*\s*)?"
-    rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?\s*$",
+    rf"{_ID_LIST}\s*$",
     re.IGNORECASE,
 )
 # "... idle time Sources: [1], [2]": a labelled id list the model ran on at the end of a sentence's line
 _TRAILING_SOURCES = re.compile(
     r"(?<=\S)[ \t]+((?:[*_]*(?:sources?|references?|citations?)[*_]*\s*:\s*[*_]*\s*)"
-    rf"(?:{_MARKER.pattern}\s*(?:,|;|and)?\s*)+\.?)[ \t]*$",
+    rf"{_ID_LIST})[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
 )
 _PREFIX = re.compile(r"^\s*(?:(?:quotes?|answer)\s*:\s*|[-*\u2022]\s+|\d+[.)]\s+)", re.IGNORECASE)
