@@ -9,24 +9,26 @@
    ``chunk_max_tokens``, choosing boundaries by dynamic programming: a whole section stays in one chunk when it
    fits, lists stay with the sentence that introduces them, table rows stay together where they can, and
    nothing is cut mid-sentence unless one sentence alone is over the limit (then at a clause, else a word).
-   Headings start the chunk of their section and never end one.
+   Headings start the chunk of their section and never end one. A table cut across chunks repeats its header
+   row (and the Markdown rule under it) at the top of every chunk that holds its rows, so a row is never read
+   without the names of its columns.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ingest.pdf import is_known_word
-from ingest.sources import PageText, SourceDocument
+from ingest.sources import MARKUP_FORMATS, PageText, SourceDocument
 from rag.config import Settings
 from rag.text import count_tokens, split_sentences
 from rag.types import Chunk, chunk_id_for
 
 # The chunking rules' version: bump it when they change, so the next ingestion re-chunks files whose bytes did
 # not change (their unchanged chunk texts are not embedded again: the embedding cache keys on the text).
-CHUNKER_VERSION = 3
+CHUNKER_VERSION = 4
 
 SECTION_SEP = " > "
 MAX_LABEL_CHARS = 120
@@ -53,6 +55,7 @@ class _Unit:
     label: str = ""  # heading text for the section path
     numbered: bool = False  # heading carries a section number
     marks: list[tuple[int, int]] = field(default_factory=list)  # (offset in text, page) where a page starts
+    header: str = ""  # a table row's header row (and rule), repeated where a chunk starts inside its table
 
 
 @dataclass
@@ -65,6 +68,8 @@ class _Piece:
     joiner: str  # how it attaches to the piece before it: "\n\n", "\n" or " "
     whole_sentence_end: bool = True  # False when a sentence over the limit was cut after this piece
     continues_unit: bool = False  # a later sentence of the same unit
+    header: str = ""  # a table row's header: put before it when a chunk starts at this piece
+    header_tokens: int = 0
 
 
 @dataclass
@@ -88,7 +93,7 @@ def chunking_signature(settings: Settings) -> str:
 
 def chunk_document(doc: SourceDocument, settings: Settings) -> list[Chunk]:
     """Chunks of ``doc`` in document order, with ids, links, section paths, pages and metadata filled in."""
-    units = markdown_units(doc.pages) if doc.fmt == "markdown" else plain_units(doc.pages)
+    units = markdown_units(doc.pages) if doc.fmt in MARKUP_FORMATS else plain_units(doc.pages)
     drafts: list[_Draft] = []
     for section in _sections(units, doc.meta.title):
         path = SECTION_SEP.join(section.path)
@@ -169,6 +174,17 @@ _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MD_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+\S")
 _MD_ROW = re.compile(r"^\s*\|")
 _MD_RULE = re.compile(r"^ {0,3}([-*_])(?:\s*\1){2,}\s*$")
+_MD_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def _table_rows(units: list[_Unit]) -> list[_Unit]:
+    """The rows of the table that ``units`` ends in (first row first); [] when it does not end in one."""
+    rows: list[_Unit] = []
+    for unit in reversed(units):
+        if unit.kind != "row" or (rows and rows[-1].new_block):
+            break
+        rows.append(unit)
+    return rows[::-1]
 
 
 def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
@@ -227,7 +243,13 @@ def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
             continue
         if _MD_ROW.match(line):
             flush()
-            units.append(start("row", line))
+            row = start("row", line)
+            table = _table_rows(units)
+            if len(table) == 1 and _MD_TABLE_RULE.match(line):  # the rule under the first row: a header
+                table[0].header = "-"
+            elif len(table) >= 2 and table[0].header == "-":
+                row.header = table[0].text + "\n" + table[1].text
+            units.append(row)
             continue
         if _MD_ITEM.match(line):
             flush()
@@ -239,6 +261,9 @@ def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
             flush()
             current = start("para", line)
     flush()
+    for unit in units:
+        if unit.header == "-":  # the marker of a table's header row, not a header to repeat
+            unit.header = ""
     return [u for u in units if u.kind != "heading" or u.label]
 
 
@@ -534,6 +559,11 @@ def _pack_section(section: _Section, settings: Settings) -> list[list[_Piece]]:
     for k, unit in enumerate(body):
         pieces.extend(_pieces(unit, limit - head_tokens if k == 0 else limit))
     groups = _best_split(pieces, head_tokens, settings)
+    for k in range(1, len(groups)):
+        first = groups[k][0]
+        if first.header:
+            header = _Piece(first.header, first.header_tokens, "row", first.page, first.page, first.joiner)
+            groups[k] = [header, replace(first, joiner="\n")] + groups[k][1:]
     if heads and groups:
         groups[0] = heads + groups[0]
     return groups
@@ -572,8 +602,14 @@ def _pieces(unit: _Unit, limit: int) -> list[_Piece]:
                 whole_sentence_end=j == len(cut) - 1,
                 continues_unit=not (i == 0 and j == 0),
             )
-            out.append(piece)
+            out.append(_with_header(piece, unit))
     return out
+
+
+def _with_header(piece: _Piece, unit: _Unit) -> _Piece:
+    if unit.header:
+        piece.header, piece.header_tokens = unit.header, count_tokens(unit.header)
+    return piece
 
 
 def _page_at(unit: _Unit, offset: int) -> int | None:
@@ -585,7 +621,8 @@ def _page_at(unit: _Unit, offset: int) -> int | None:
 
 
 def _as_piece(unit: _Unit, text: str, tokens: int) -> _Piece:
-    return _Piece(text, tokens, unit.kind, unit.page, unit.page_end, "\n\n" if unit.new_block else "\n")
+    piece = _Piece(text, tokens, unit.kind, unit.page, unit.page_end, "\n\n" if unit.new_block else "\n")
+    return _with_header(piece, unit)
 
 
 _CLAUSE = re.compile(r"(?<=[,;:])\s+|\s+(?=\((?:[a-z]|[ivx]+|\d+)\)\s)")
@@ -646,7 +683,8 @@ def _best_split(pieces: Sequence[_Piece], head_tokens: int, settings: Settings) 
         size = 0
         for start in range(end - 1, -1, -1):
             size += pieces[start].tokens
-            total = size + (head_tokens if start == 0 else 0)
+            # a chunk that starts inside a table repeats its header row
+            total = size + (head_tokens if start == 0 else pieces[start].header_tokens)
             if total > limit and start < end - 1:
                 break
             cost = best[start] + _size_cost(total, target, limit, minimum)

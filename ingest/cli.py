@@ -15,7 +15,14 @@ from rag.config import Settings, load_settings
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
-STATUS_STYLE = {"indexed": "green", "unchanged": "dim", "removed": "yellow", "failed": "bold red"}
+STATUS_STYLE = {
+    "indexed": "green",
+    "unchanged": "dim",
+    "removed": "yellow",
+    "failed": "bold red",
+    "skipped": "yellow",
+}
+PHASES = {"read": "Reading files", "ocr": "Recognising scanned pages (OCR)", "embed": "Embedding chunks"}
 
 
 def run_ingest(
@@ -48,9 +55,7 @@ def run_ingest(
 
         def progress(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
-                tasks[phase] = bar.add_task(
-                    {"read": "Reading files", "embed": "Embedding chunks"}.get(phase, phase), total=total
-                )
+                tasks[phase] = bar.add_task(PHASES.get(phase, phase), total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
         report = ingest(paths, settings, prune=prune, progress=progress, rebuild=rebuild)
@@ -58,16 +63,29 @@ def run_ingest(
     if as_json:
         print(json.dumps(report.to_json()))
     else:
+        from rich.markup import escape
+
         out = Console()
         for f in report.files:
             style = STATUS_STYLE.get(f.status, "")
-            detail = f" ({f.reason}: {f.message})" if f.status == "failed" else f" {f.chunks} chunks"
-            out.print(f"[{style}]{f.status:9s}[/] {f.path}{detail}", highlight=False)
+            if f.status in ("failed", "skipped"):
+                detail = f" ({f.reason}: {f.message})"
+            else:
+                detail = f" {f.chunks} chunks" + (
+                    f", {f.ocr_pages} page(s) read by OCR" if f.ocr_pages else ""
+                )
+            out.print(f"[{style}]{f.status:9s}[/] {escape(f.path + detail)}", highlight=False)
+            for line in f.warnings:
+                out.print(f"[yellow]{'':9s}   warning:[/] {escape(line)}", highlight=False)
+            for line in f.notices:
+                out.print(f"[dim]{'':9s}   note: {escape(line)}[/]", highlight=False)
+            if f.hint and f.status == "failed":
+                out.print(f"[dim]{'':9s}   hint: {escape(f.hint)}[/]", highlight=False)
         t = report.totals
         out.print(
-            f"{t['indexed']} indexed, {t['unchanged']} unchanged, {t['removed']} removed, {t['failed']} failed; "
-            f"{report.embedded} chunks embedded; index {report.generation or '-'} holds {report.index_chunks} chunks "
-            f"({report.seconds:.1f}s)",
+            f"{t['indexed']} indexed, {t['unchanged']} unchanged, {t['removed']} removed, {t['failed']} failed, "
+            f"{t['skipped']} skipped; {report.embedded} chunks embedded; index {report.generation or '-'} holds "
+            f"{report.index_chunks} chunks ({report.seconds:.1f}s)",
             highlight=False,
         )
     return 0 if report.ok else 1
@@ -76,7 +94,10 @@ def run_ingest(
 @user_errors
 def ingest_command(
     paths: Annotated[
-        list[str], typer.Argument(help="Files, folders (recursive) or globs: .pdf .md .txt .jsonl")
+        list[str],
+        typer.Argument(
+            help="Files, folders (recursive) or globs: .pdf (scans read by OCR) .docx .html .md .txt .jsonl"
+        ),
     ],
     data_dir: DataDir = None,
     prune: Annotated[bool, typer.Option("--prune", help="Remove documents whose files are gone.")] = False,

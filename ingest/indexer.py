@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from ingest.chunking import chunk_document, chunking_signature
-from ingest.sources import SourceDocument, discover, file_version, load_file
+from ingest.ocr import Recogniser
+from ingest.sources import SUPPORTED, SourceDocument, discover, file_version, load_file, skip_reason
 from rag.config import Settings
 from rag.embedder import Embedder, embedder_for, passage_text, reading_encoder_for
 from rag.errors import IngestError, IngestFileError
+from rag.extracted import ExtractedStore
 from rag.index import (
     GENERATIONS,
     ChunkArchive,
@@ -54,10 +56,14 @@ KEEP_GENERATIONS = 3
 @dataclass
 class FileResult:
     path: str
-    status: str  # indexed | unchanged | removed | failed
+    status: str  # indexed | unchanged | removed | failed | skipped
     reason: str | None = None
     chunks: int = 0
     message: str | None = None
+    warnings: list[str] = field(default_factory=list)  # indexed, but pages left out (OCR too poor, blank)
+    notices: list[str] = field(default_factory=list)  # worth knowing: a new OCR engine read the pages again
+    ocr_pages: int = 0  # pages whose text OCR gave
+    hint: str | None = None  # what to do about a failed or skipped file
 
 
 @dataclass
@@ -73,10 +79,12 @@ class IngestReport:
 
     @property
     def totals(self) -> dict[str, int]:
-        totals = {"indexed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+        totals = {"indexed": 0, "unchanged": 0, "removed": 0, "failed": 0, "skipped": 0}
         for f in self.files:
             totals[f.status] += 1
         totals["chunks"] = sum(f.chunks for f in self.files if f.status in ("indexed", "unchanged"))
+        totals["ocr_pages"] = sum(f.ocr_pages for f in self.files)
+        totals["with_warnings"] = sum(1 for f in self.files if f.warnings)
         return totals
 
     @property
@@ -92,6 +100,10 @@ class IngestReport:
                     "reason": f.reason,
                     "chunks": f.chunks,
                     "message": f.message,
+                    "hint": f.hint,
+                    "warnings": f.warnings,
+                    "notices": f.notices,
+                    "ocr_pages": f.ocr_pages,
                 }
                 for f in self.files
             ],
@@ -177,6 +189,7 @@ def _read_ahead(
     old_sources: dict[str, Any],
     old_docs: dict[str, Any],
     chunking: str,
+    recogniser: Recogniser | None = None,
 ) -> Iterator[tuple[Path, Loaded]]:
     """Each file in order with what reading it gave: a ``FileResult`` for an unreadable or unchanged file, else
     its version and its documents (or the exception reading raised). Files are read a few at a time in
@@ -186,6 +199,10 @@ def _read_ahead(
 
     def read(path: Path) -> Loaded:
         source = str(path.resolve())
+        skipped = skip_reason(path)
+        if skipped is not None:
+            reason, message, hint = skipped
+            return FileResult(source, "skipped", reason, message=message, hint=hint)
         try:
             version = file_version(path)
         except OSError as exc:
@@ -195,7 +212,7 @@ def _read_ahead(
             n = sum(len(old_docs[d]["chunk_ids"]) for d in known["doc_ids"] if d in old_docs)
             return FileResult(source, "unchanged", chunks=n)
         try:
-            return version, load_file(path, settings)
+            return version, load_file(path, settings, recogniser)
         except Exception as exc:  # reported, in order, by the caller
             return version, exc
 
@@ -267,7 +284,7 @@ def _collect_garbage(data_dir: Path, keep: int = KEEP_GENERATIONS) -> None:
 
 
 def _doc_entry(doc: SourceDocument, chunks: Sequence[Chunk]) -> dict[str, Any]:
-    return {
+    entry: dict[str, Any] = {
         "source": doc.source,
         "version": doc.version,
         "fmt": doc.fmt,
@@ -279,6 +296,14 @@ def _doc_entry(doc: SourceDocument, chunks: Sequence[Chunk]) -> dict[str, Any]:
         "pages": sum(1 for p in doc.pages if p.number is not None),
         "chunk_ids": [c.chunk_id for c in chunks],
     }
+    if doc.extraction is not None and (doc.extraction.ocr_pages or doc.extraction.view_text is not None):
+        # where the source viewer finds the recognised words or the converted text (``rag.extracted``)
+        entry["extracted"] = {
+            "key": doc.extraction.content_key,
+            "by": doc.extraction.engine,
+            "ocr_pages": list(doc.extraction.ocr_pages),
+        }
+    return entry
 
 
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
@@ -327,17 +352,24 @@ def ingest(
         files = discover(paths)
         if not files and not (prune or exact):
             raise IngestError(
-                f"No supported files found in {', '.join(paths)}.", hint="Supported: .pdf .md .txt .jsonl"
+                f"No files found in {', '.join(paths)}.", hint=f"Ingestion reads {SUPPORTED}; check the path."
             )
         given: set[str] = set()  # every source named this run, read or not (for ``exact``)
         # new chunking rules or sizes re-chunk a file whose bytes are unchanged
         chunking = chunking_signature(settings)
-        for i, (path, loaded) in enumerate(_read_ahead(files, settings, old_sources, old_docs, chunking)):
+        store = ExtractedStore(data_dir)
+        recogniser = Recogniser(
+            settings, store, progress=(lambda done, total: progress("ocr", done, total)) if progress else None
+        )
+        loaded_files = _read_ahead(files, settings, old_sources, old_docs, chunking, recogniser)
+        for i, (path, loaded) in enumerate(loaded_files):
             if progress:
                 progress("read", i, len(files))
             source = str(path.resolve())
             given.add(source)
-            if isinstance(loaded, FileResult):  # unreadable, or unchanged
+            if isinstance(loaded, FileResult):  # unreadable, skipped or unchanged
+                if loaded.status == "unchanged":  # what was left out of it is still left out: say so again
+                    loaded.warnings = list(old_sources.get(source, {}).get("warnings") or [])
                 report.files.append(loaded)
                 continue
             version, outcome = loaded
@@ -347,7 +379,8 @@ def ingest(
                     raise outcome
                 chunked = [(doc, chunk_document(doc, settings)) for doc in outcome]
             except IngestFileError as exc:
-                report.files.append(FileResult(source, "failed", exc.reason, message=str(exc)))
+                status = "skipped" if exc.reason == "unsupported" else "failed"
+                report.files.append(FileResult(source, status, exc.reason, message=str(exc), hint=exc.hint))
                 continue
             except Exception as exc:  # one bad file never stops the batch
                 report.files.append(
@@ -366,8 +399,21 @@ def ingest(
             ids = [doc.doc_id for doc, chunks in chunked if chunks]
             if known:  # documents that were in this file before but are not any more
                 removed_docs.update(d for d in known["doc_ids"] if d not in ids)
+            result = FileResult(source, "indexed", chunks=sum(len(c) for _, c in chunked))
+            for doc, _ in chunked:
+                extraction = doc.extraction
+                if extraction is None:
+                    continue
+                if extraction.view_text is not None:
+                    store.put_text(extraction.content_key, extraction.engine, extraction.view_text)
+                result.warnings.extend(extraction.warnings)
+                result.notices.extend(extraction.notices)
+                result.ocr_pages += len(extraction.ocr_pages)
             new_sources[source] = {"version": version, "doc_ids": ids, "chunking": chunking}
-            report.files.append(FileResult(source, "indexed", chunks=sum(len(c) for _, c in chunked)))
+            if result.warnings:
+                new_sources[source]["warnings"] = result.warnings
+            report.files.append(result)
+        store.close()
         report.timings["read_chunk"] = time.perf_counter() - t
 
         if prune or exact:

@@ -18,7 +18,7 @@ import re
 import signal
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,31 +28,127 @@ from rag.errors import IngestFileError
 from rag.text import normalize
 
 if TYPE_CHECKING:
+    from ingest.ocr import Recogniser
     from rag.config import Settings
 
 HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
 MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
+MIN_PAGE_TEXT = 50  # a page with an image and fewer letters and digits than this is a scan: OCR reads it
 SANDBOX_PRELOAD = ("pypdf",)  # imported once by the fork server (``ingest.sandbox``), not by each child
 EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
 
 
 @dataclass(frozen=True)
 class PdfText:
-    """Cleaned text of every page (index 0 = page 1) and the document's own /Title, if it has a usable one."""
+    """Cleaned text of every page (index 0 = page 1) and the document's own /Title, if it has a usable one.
+
+    A PDF with pages that need OCR: ``needs_ocr`` names them and ``pages`` is the uncleaned text layer, until
+    ``extract_pdf`` has recognised them; then ``ocr_pages`` names the pages whose text OCR gave, ``ocr_engine``
+    and ``content_key`` where the recognised words are kept (``rag.extracted``), and ``warnings``/``notices``
+    what the file's result tells the user (pages too poor to index, a new engine)."""
 
     pages: tuple[str, ...]
     title: str | None = None
+    needs_ocr: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()
+    ocr_engine: str | None = None
+    content_key: str | None = None
+    warnings: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The parent side: cheap checks, then the child.
 
 
-def extract_pdf(path: Path, settings: Settings) -> PdfText:
-    """Text of each page of ``path``, cleaned. Raises ``IngestFileError`` with a specific reason."""
+def extract_pdf(path: Path, settings: Settings, recogniser: Recogniser | None = None) -> PdfText:
+    """Text of each page of ``path``, cleaned; pages without a usable text layer read by ``recogniser`` (OCR).
+    Raises ``IngestFileError`` with a specific reason."""
     path = Path(path)
     check_pdf_file(path, settings)
-    return _run_child(path, settings)
+    text = _run_child(path, settings)
+    if not text.needs_ocr:
+        return text
+    return _with_ocr(path, text, settings, recogniser)
+
+
+def _with_ocr(path: Path, text: PdfText, settings: Settings, recogniser: Recogniser | None) -> PdfText:
+    """Recognise the pages that need it, put their text in place of the layer's, then clean every page."""
+    from ingest.ocr import OcrUnavailable, pages_named
+    from rag.extracted import content_key
+
+    n_pages = len(text.pages)
+    layer_chars = sum(_alnum(p) for p in text.pages)
+    scanned = pages_named(text.needs_ocr)
+    if recogniser is None or not recogniser.enabled:
+        why = "OCR is off (RAG_OCR_ENGINE=off)" if recogniser is not None else "no OCR engine was given"
+        if layer_chars < MIN_TEXT_CHARS:
+            raise IngestFileError(
+                "no_text",
+                f"{path}: {scanned} {'is an image' if len(text.needs_ocr) == 1 else 'are images'} with no text "
+                f"layer (scanned?), not read: {why}.",
+                hint="Set RAG_OCR_ENGINE=tesseract (the default) to read scans.",
+            )
+        warning = f"{scanned}: images without a text layer, not read ({why})."
+        return replace(
+            text, pages=_clean_in_child(path, text.pages, settings), needs_ocr=(), warnings=(warning,)
+        )
+    key = content_key(path)
+    try:
+        result = recogniser.recognise(path, key, text.needs_ocr)
+    except OcrUnavailable as exc:
+        if layer_chars < MIN_TEXT_CHARS:
+            raise IngestFileError(exc.reason, f"{path}: {exc}", hint=exc.hint) from exc
+        warning = f"{scanned}: images without a text layer, not read ({exc} {exc.hint})"
+        return replace(
+            text, pages=_clean_in_child(path, text.pages, settings), needs_ocr=(), warnings=(warning,)
+        )
+    raw = list(text.pages)
+    used = []
+    for number, page in sorted(result.pages.items()):
+        if page.status == "ok" and _alnum(page.text) > _alnum(raw[number - 1]):
+            raw[number - 1] = page.text
+            used.append(number)
+    pages = _clean_in_child(path, tuple(raw), settings)
+    if sum(_alnum(p) for p in pages) < MIN_TEXT_CHARS:
+        told = " ".join(result.warnings)
+        raise IngestFileError(
+            "no_text",
+            f"{path}: OCR found no readable text on any of its {n_pages} page(s) (a blank or unreadable scan?)."
+            + (f" {told}" if told else ""),
+            hint="Check the scan (contrast, resolution); rescan it at 200-300 dpi.",
+        )
+    return PdfText(
+        pages=pages,
+        title=text.title,
+        ocr_pages=tuple(used),
+        ocr_engine=result.engine,
+        content_key=key,
+        warnings=result.warnings,
+        notices=result.notices,
+    )
+
+
+def _clean_in_child(path: Path, pages: Sequence[str], settings: Settings) -> tuple[str, ...]:
+    """``clean_pdf_pages`` under the same limits as reading: the text came from an untrusted file."""
+    outcome = run_isolated(
+        __name__,
+        "_child_clean",
+        [list(pages)],
+        timeout_s=settings.pdf_timeout_s,
+        max_memory_mb=settings.pdf_max_memory_mb,
+    )
+    if outcome.timed_out:
+        raise IngestFileError(
+            "timed_out", f"{path}: cleaning its text took longer than {settings.pdf_timeout_s:g} s."
+        )
+    if outcome.answer is None:
+        raise _died(path, outcome.code, settings)
+    return tuple(json.loads(outcome.answer))
+
+
+def _child_clean(pages: list[str]) -> bytes:
+    return json.dumps(clean_pdf_pages(pages)).encode()
 
 
 def check_pdf_file(path: Path, settings: Settings) -> None:
@@ -111,7 +207,11 @@ def _run_child(path: Path, settings: Settings) -> PdfText:
         raise _died(path, outcome.code, settings)
     message = json.loads(outcome.answer)
     if message.get("ok"):
-        return PdfText(pages=tuple(message["pages"]), title=message.get("title"))
+        return PdfText(
+            pages=tuple(message["pages"]),
+            title=message.get("title"),
+            needs_ocr=tuple(message.get("needs_ocr") or ()),
+        )
     raise IngestFileError(message["reason"], f"{path}: {message['message']}", hint=message.get("hint"))
 
 
@@ -139,7 +239,12 @@ def _child_answer(path: str, max_pages: int, max_memory_mb: int) -> bytes:
     message: dict[str, Any]
     try:
         result = read_pdf(Path(path), max_pages)
-        message = {"ok": True, "pages": list(result.pages), "title": result.title}
+        message = {
+            "ok": True,
+            "pages": list(result.pages),
+            "title": result.title,
+            "needs_ocr": list(result.needs_ocr),
+        }
     except IngestFileError as exc:
         message = {"ok": False, "reason": exc.reason, "message": str(exc), "hint": exc.hint}
     except MemoryError:
@@ -186,6 +291,12 @@ def read_pdf(path: Path, max_pages: int) -> PdfText:
         if n_pages == 0:
             raise IngestFileError("corrupt", "the PDF has no pages (damaged page tree?).", hint=_CORRUPT_HINT)
         raw = [_page_text(page) for page in reader.pages]
+        # a page with an image and (almost) no text is a scan, or a scanned page inside a born-digital PDF
+        needs_ocr = tuple(
+            i + 1
+            for i, (page, text) in enumerate(zip(reader.pages, raw, strict=True))
+            if _alnum(text) < MIN_PAGE_TEXT and _has_image(page)
+        )
         title = _usable_title(reader)
     except IngestFileError:
         raise
@@ -210,6 +321,8 @@ def read_pdf(path: Path, max_pages: int) -> PdfText:
             "corrupt", f"pypdf cannot read it ({_describe(exc)}).", hint=_CORRUPT_HINT
         ) from exc
 
+    if needs_ocr:  # cleaned once OCR has read those pages (``extract_pdf``)
+        return PdfText(pages=tuple(raw), title=title, needs_ocr=needs_ocr)
     if sum(_alnum(p) for p in raw) < MIN_TEXT_CHARS:
         raise _no_text(n_pages)
     pages = clean_pdf_pages(raw)
@@ -228,9 +341,17 @@ _AES_HINT = "Install the 'cryptography' package (AES-encrypted PDF), or remove t
 def _no_text(n_pages: int) -> IngestFileError:
     return IngestFileError(
         "no_text",
-        f"no text layer (scanned?) — OCR it first: none of its {n_pages} page(s) has extractable text.",
-        hint="Run OCR, e.g. `ocrmypdf in.pdf out.pdf`, and ingest the result.",
+        f"none of its {n_pages} page(s) holds text or an image to read (blank pages only?).",
+        hint="Open it in a PDF viewer: if it shows text, re-save it (print to PDF) and ingest the copy.",
     )
+
+
+def _has_image(page: Any) -> bool:
+    """Whether the page draws an image (directly or inside a form): a scan has one per page."""
+    try:
+        return len(page.images) > 0
+    except Exception:  # an unreadable resource dictionary: no image we could render anyway
+        return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,9 +1,13 @@
 """From paths on disk to ``SourceDocument``s: discovery, versions, ids, and one loader per format.
 
-Formats: PDF (text per page, read in a sandboxed child, see ``ingest.pdf``), Markdown (front matter and HTML
-comments dropped, headings kept), plain text, and JSONL (BEIR style: one document per record with ``_id``,
-``title``, ``text`` and an optional ``metadata`` object). A file's metadata comes from its sidecar
-``<file>.meta.json`` or its folder's ``_meta.json`` manifest (see ``ingest.metadata``).
+Formats: PDF (text per page, read in a sandboxed child, see ``ingest.pdf``; pages without a text layer read by
+OCR, ``ingest.ocr``), Word (.docx) and HTML (converted to Markdown in a sandboxed child, ``ingest.formats``),
+Markdown (front matter and HTML comments dropped, headings kept), plain text, and JSONL (BEIR style: one document
+per record with ``_id``, ``title``, ``text`` and an optional ``metadata`` object). A file's metadata comes from its
+sidecar ``<file>.meta.json`` or its folder's ``_meta.json`` manifest (see ``ingest.metadata``), for every format.
+
+Discovery returns every file it finds, supported or not, and hidden ones too (a hidden folder as one entry, not
+walked): the ingestion report names each file with what became of it, so nothing is skipped silently.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import mimetypes
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.metadata import (
     build_meta,
@@ -29,10 +34,45 @@ from ingest.metadata import (
 from ingest.pdf import extract_pdf
 from rag.config import Settings
 from rag.errors import IngestFileError
+from rag.extracted import content_key
 from rag.text import normalize
 from rag.types import DocumentMeta
 
-FORMATS = {".pdf": "pdf", ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".jsonl": "jsonl"}
+if TYPE_CHECKING:
+    from ingest.ocr import Recogniser
+
+FORMATS = {
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".html": "html",
+    ".htm": "html",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".jsonl": "jsonl",
+}
+MARKUP_FORMATS = frozenset({"markdown", "docx", "html"})  # chunked as Markdown (``ingest.chunking``)
+SUPPORTED = " ".join(sorted(FORMATS))
+# what the report calls a file it does not read, and what to do about it
+_KNOWN_TYPES = {
+    ".doc": ("a Word 97-2003 document", "Open it in Word or LibreOffice and save it as .docx."),
+    ".rtf": ("a Rich Text document", "Save it as .docx or PDF."),
+    ".odt": ("an OpenDocument text", "Save it as .docx or PDF."),
+    ".pages": ("an Apple Pages document", "Export it as .docx or PDF."),
+    ".xls": ("an Excel workbook", "Export the sheet as PDF."),
+    ".xlsx": ("an Excel workbook", "Export the sheet as PDF."),
+    ".csv": ("a CSV table", "Export it as PDF, or save the rows as Markdown."),
+    ".ppt": ("a PowerPoint presentation", "Export it as PDF."),
+    ".pptx": ("a PowerPoint presentation", "Export it as PDF."),
+    ".png": ("an image", "Put scans into a PDF (one page per image) to have them read by OCR."),
+    ".jpg": ("an image", "Put scans into a PDF (one page per image) to have them read by OCR."),
+    ".jpeg": ("an image", "Put scans into a PDF (one page per image) to have them read by OCR."),
+    ".tif": ("an image", "Put scans into a PDF (one page per image) to have them read by OCR."),
+    ".tiff": ("an image", "Put scans into a PDF (one page per image) to have them read by OCR."),
+    ".zip": ("a zip archive", "Unpack it and ingest the folder."),
+    ".msg": ("an Outlook message", "Save the message as PDF."),
+    ".eml": ("an e-mail message", "Save the message as PDF."),
+}
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -43,13 +83,27 @@ class PageText:
 
 
 @dataclass(frozen=True)
+class Extraction:
+    """How a document's text was read, beyond a text layer or a text file: for the index manifest, the file's
+    result and the source viewer (``rag.extracted`` keeps the recognised words and the converted text)."""
+
+    content_key: str  # sha256 of the file's bytes: where ``rag.extracted`` keeps what was read
+    engine: str  # the OCR engine, or the converter ("mammoth+markdownify", "trafilatura")
+    ocr_pages: tuple[int, ...] = ()  # pages whose text OCR gave
+    view_text: str | None = None  # a converted document's Markdown: what the viewer shows
+    warnings: tuple[str, ...] = ()  # pages too poor to index, images not read
+    notices: tuple[str, ...] = ()  # a new OCR engine recognised the pages again
+
+
+@dataclass(frozen=True)
 class SourceDocument:
     doc_id: str
     source: str  # the file path, or "path#_id" for a JSONL record
-    fmt: str  # "pdf", "markdown", "text" or "jsonl"
+    fmt: str  # "pdf", "docx", "html", "markdown", "text" or "jsonl"
     meta: DocumentMeta
     version: str  # sha256 of the file bytes (+ metadata files), or of the record JSON
     pages: tuple[PageText, ...]
+    extraction: Extraction | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -57,10 +111,12 @@ class SourceDocument:
 
 
 def discover(paths: Sequence[str]) -> list[Path]:
-    """Files to ingest from files, folders (recursive) and globs; sorted and without duplicates.
+    """Every file under files, folders (recursive) and globs; sorted and without duplicates.
 
-    Folders and globs yield supported files only, skipping hidden files and folders and metadata files. A file
-    named explicitly is returned even when unsupported or missing, so that it gets its own 'failed' line.
+    Metadata files (sidecars, ``_meta.json``) are not documents and are left out. Unsupported and hidden files are
+    returned too, and a hidden folder as itself (it is not walked), so each gets its own line in the report
+    (``skip_reason``). A file named explicitly is returned even when missing, so that it gets its own 'failed'
+    line.
     """
     found: dict[str, Path] = {}
 
@@ -88,13 +144,41 @@ def discover(paths: Sequence[str]) -> list[Path]:
 def _walk(root: Path) -> list[Path]:
     out: list[Path] = []
     for folder, dirs, files in os.walk(root):  # does not follow symlinked folders: no cycles
+        out.extend(Path(folder) / d for d in sorted(dirs) if d.startswith("."))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         out.extend(Path(folder) / name for name in sorted(files) if _wanted(Path(folder) / name))
     return out
 
 
 def _wanted(path: Path) -> bool:
-    return not path.name.startswith(".") and not is_metadata_file(path) and path.suffix.lower() in FORMATS
+    return not is_metadata_file(path)
+
+
+def skip_reason(path: Path) -> tuple[str, str, str | None] | None:
+    """Why ``path`` is listed but not read, as (reason, message, hint): a hidden file or folder, or a type this
+    does not read (named); None for a file to read."""
+    if path.name.startswith(".") or path.name.startswith("~$"):
+        what = "hidden folder" if path.is_dir() else "hidden or temporary file"
+        return "hidden", f"{what}, not read.", None
+    if path.suffix.lower() in FORMATS or path.is_dir() or not path.exists():
+        return None
+    return "unsupported", *unsupported_type(path)
+
+
+def unsupported_type(path: Path) -> tuple[str, str | None]:
+    """(message, hint) for a file of a type ingestion does not read."""
+    suffix = path.suffix.lower()
+    if suffix in _KNOWN_TYPES:
+        kind, hint = _KNOWN_TYPES[suffix]
+        return f"{kind} ({suffix}): not a type this reads (reads {SUPPORTED}).", hint
+    mime = mimetypes.guess_type(path.name)[0]
+    kind = (
+        f"a {suffix} file ({mime})" if mime else f"a {suffix} file" if suffix else "a file with no extension"
+    )
+    return (
+        f"{kind}: not a type this reads (reads {SUPPORTED}).",
+        "Convert it to PDF, Word (.docx), HTML, Markdown or plain text.",
+    )
 
 
 def file_version(path: Path | str) -> str:
@@ -120,28 +204,42 @@ def doc_id_for_file(path: Path | str) -> str:
 # Loading
 
 
-def load_file(path: Path, settings: Settings) -> list[SourceDocument]:
-    """Read one file into documents (one per file; one per record for JSONL). Raises ``IngestFileError``."""
+def load_file(path: Path, settings: Settings, recogniser: Recogniser | None = None) -> list[SourceDocument]:
+    """Read one file into documents (one per file; one per record for JSONL); pages without a text layer are
+    read by ``recogniser`` (OCR). Raises ``IngestFileError``."""
     path = Path(path)
     fmt = FORMATS.get(path.suffix.lower())
     if path.is_dir():
         raise IngestFileError("unsupported", f"{path}: is a folder, not a file.")
     if fmt is None:
-        supported = " ".join(sorted(FORMATS))
-        raise IngestFileError(
-            "unsupported",
-            f"{path}: unsupported file type {path.suffix or '(no extension)'!r}; supported: {supported}.",
-            hint="Convert it to PDF, Markdown or plain text.",
-        )
+        message, hint = unsupported_type(path)
+        raise IngestFileError("unsupported", f"{path}: {message}", hint=hint)
     _check_size(path, settings)
     overrides = file_overrides(path)
     if fmt == "jsonl":
         return _load_jsonl(path, overrides)
     version = file_version(path)
+    extraction = None
     if fmt == "pdf":
-        pdf = extract_pdf(path, settings)
+        pdf = extract_pdf(path, settings, recogniser)
         pages = tuple(PageText(i + 1, text) for i, text in enumerate(pdf.pages))
         title = pdf.title or _first_heading(pdf.pages[0] if pdf.pages else "") or prettify_stem(path.stem)
+        if pdf.ocr_engine or pdf.warnings:
+            extraction = Extraction(
+                content_key=pdf.content_key or content_key(path),
+                engine=pdf.ocr_engine or "",
+                ocr_pages=pdf.ocr_pages,
+                warnings=pdf.warnings,
+                notices=pdf.notices,
+            )
+    elif fmt in ("docx", "html"):
+        from ingest.formats import convert
+
+        converted = convert(path, fmt, settings)
+        text, front_title = strip_front_matter(converted.text)
+        pages = (PageText(None, text),)
+        title = front_title or _first_markdown_heading(text) or converted.title or prettify_stem(path.stem)
+        extraction = Extraction(content_key(path), converted.converter, view_text=text)
     else:
         text = _read_text(path)
         front_title = None
@@ -154,7 +252,7 @@ def load_file(path: Path, settings: Settings) -> list[SourceDocument]:
         heading = _first_markdown_heading(text) if fmt == "markdown" else _first_heading(text)
         title = front_title or heading or prettify_stem(path.stem)
     meta = build_meta(overrides, title, path)
-    return [SourceDocument(doc_id_for_file(path), str(path), fmt, meta, version, pages)]
+    return [SourceDocument(doc_id_for_file(path), str(path), fmt, meta, version, pages, extraction)]
 
 
 def _check_size(path: Path, settings: Settings) -> None:

@@ -107,6 +107,19 @@ class Settings(BaseSettings):
     pdf_max_pages: int = 2000
     max_file_mb: int = 100
 
+    # OCR of pages without a usable text layer (ingest/ocr.py; docs/models.md compares the engines)
+    ocr_engine: Literal["tesseract", "rapidocr", "off"] = Field(
+        default="tesseract",
+        description="'tesseract' (Debian's tesseract-ocr), 'rapidocr' (pip install -e '.[rapidocr]') or 'off' "
+        "(a page without text is reported, not read).",
+    )
+    ocr_languages: str = Field(
+        default="eng",
+        description="Tesseract languages, '+'-joined (eng+deu); each needs tesseract-ocr-<lang>.",
+    )
+    ocr_dpi: int = Field(default=200, ge=72, le=600, description="Resolution a page is rendered at for OCR.")
+    ocr_page_timeout_s: float = Field(default=120.0, gt=0, description="Longest OCR of one page.")
+
     # Query path
     lexical_top_n: int = 40
     dense_top_n: int = 40

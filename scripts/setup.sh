@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the repo root and install the app (and, with --test, the test tools). Idempotent.
-# torch is installed first and pinned, so nothing else pulls a multi-GB CUDA build.
+# torch is installed first and pinned, so nothing else pulls a multi-GB CUDA build. Debian's tesseract-ocr (OCR of
+# scanned PDFs) is installed by scripts/ocr.sh; where it cannot be, ingestion says so on every scanned file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -18,3 +19,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q -e ".$extras"
   touch "$stamp"
 fi
+bash scripts/ocr.sh || echo "warning: tesseract-ocr could not be installed; scanned PDFs will fail with a hint" \
+  "(see the error above)" >&2

@@ -54,7 +54,10 @@ def test_ingest_is_idempotent_and_writes_nothing_when_unchanged(tmp_path: Path, 
         "unchanged": 2,
         "removed": 0,
         "failed": 0,
+        "skipped": 0,
         "chunks": first.totals["chunks"],
+        "ocr_pages": 0,
+        "with_warnings": 0,
     }
     assert again.embedded == 0 and not again.published
     assert current_generation(data) == gen

@@ -58,8 +58,8 @@ def test_messages_say_what_to_do(hostile: dict[str, tuple[Path, str]]) -> None:
             extract_pdf(hostile[name][0], LIMITS)
         return caught.value
 
-    assert "no text layer (scanned?)" in str(failure("scanned.pdf"))
-    assert "OCR it first" in str(failure("scanned.pdf"))
+    assert "no text layer (scanned?), not read: no OCR engine was given" in str(failure("scanned.pdf"))
+    assert "RAG_OCR_ENGINE" in (failure("scanned.pdf").hint or "")
     assert "password" in str(failure("encrypted.pdf"))
     assert "qpdf" in (failure("encrypted.pdf").hint or "")
     assert "1000-page limit" in str(failure("many-pages.pdf"))

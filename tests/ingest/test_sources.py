@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ingest.metadata import prettify_stem
-from ingest.sources import PageText, discover, doc_id_for_file, file_version, load_file
+from ingest.sources import PageText, discover, doc_id_for_file, file_version, load_file, skip_reason
 from rag.config import Settings
 from rag.errors import IngestFileError
 from rag.types import PUBLIC_GROUP
@@ -58,26 +58,48 @@ def names(paths: list[Path], root: Path) -> list[str]:
     return [p.relative_to(root).as_posix() for p in paths]
 
 
-def test_discover_folder_is_recursive_sorted_and_filtered(tree: Path) -> None:
-    assert names(discover([str(tree)]), tree) == [
+def test_discover_lists_every_file_but_metadata_and_hidden_folders_as_themselves(tree: Path) -> None:
+    """Nothing is skipped silently: unsupported and hidden files come back for the report to name; a hidden
+    folder comes back as one entry and is not walked; sidecars and manifests are metadata, not documents."""
+    found = names(discover([str(tree)]), tree)
+    assert found == [
+        ".git",
+        ".hidden.md",
         "UPPER.MD",
         "a.md",
         "b.txt",
         "e.jsonl",
+        "notes.docx",
+        "sub/.cache",
         "sub/c.pdf",
         "sub/deeper/d.markdown",
     ]
+    reasons = {name: skip_reason(tree / name) for name in found}
+    assert {n for n, r in reasons.items() if r} == {".git", ".hidden.md", "sub/.cache"}
+    assert all(r[0] == "hidden" for r in reasons.values() if r)
+
+
+def test_skip_reason_names_the_type_of_an_unsupported_file(tmp_path: Path) -> None:
+    reason, message, hint = skip_reason(write(tmp_path / "rates.xlsx", b"PK\x03\x04")) or ("", "", None)
+    assert reason == "unsupported" and "Excel workbook (.xlsx)" in message and hint and "PDF" in hint
+    reason, message, _ = skip_reason(write(tmp_path / "memo.doc", b"x")) or ("", "", None)
+    assert "Word 97-2003" in message
+    reason, message, _ = skip_reason(write(tmp_path / "blob.xyz", b"x")) or ("", "", None)
+    assert reason == "unsupported" and ".xyz" in message
+    assert skip_reason(write(tmp_path / "policy.docx", b"x")) is None
+    assert skip_reason(write(tmp_path / "page.htm", b"x")) is None
 
 
 def test_discover_globs_files_and_duplicates(tree: Path) -> None:
     found = discover([str(tree / "*.md"), str(tree / "a.md"), str(tree / "sub"), str(tree / "**" / "*.pdf")])
-    assert names(found, tree) == ["a.md", "sub/c.pdf", "sub/deeper/d.markdown"]
+    assert names(found, tree) == ["a.md", "sub/.cache", "sub/c.pdf", "sub/deeper/d.markdown"]
 
 
 def test_discover_keeps_explicit_unsupported_and_missing_files(tree: Path) -> None:
-    found = discover([str(tree / "notes.docx"), str(tree / "missing.pdf"), str(tree / "a.md.meta.json")])
-    assert names(found, tree) == ["missing.pdf", "notes.docx"]
-    assert reason_of(tree / "notes.docx") == "unsupported"
+    write(tree / "slides.pptx", "x")
+    found = discover([str(tree / "slides.pptx"), str(tree / "missing.pdf"), str(tree / "a.md.meta.json")])
+    assert names(found, tree) == ["missing.pdf", "slides.pptx"]
+    assert reason_of(tree / "slides.pptx") == "unsupported"
     assert reason_of(tree / "missing.pdf") == "unreadable"
 
 
