@@ -784,12 +784,16 @@ WorkDirOption = Annotated[
 SuiteDataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Env: RAG_DATA_DIR.")]
 
 
-def _suite_paths(shared: Path | None, work_dir: Path | None, data_dir: Path | None) -> Paths:
+def _suite_paths(
+    shared: Path | None, work_dir: Path | None, data_dir: Path | None, copies: Path | None = None
+) -> Paths:
     """The suites' data folders: ``shared`` (default ../shared beside the repo) and the work dir (created)."""
     from evaluation.suite import Paths
 
     root = Path(__file__).resolve().parents[1]
-    paths = Paths(shared or root.parent / "shared", work_dir or _settings(data_dir).data_dir / "suites")
+    paths = Paths(
+        shared or root.parent / "shared", work_dir or _settings(data_dir).data_dir / "suites", copies=copies
+    )
     paths.work_dir.mkdir(parents=True, exist_ok=True)
     return paths
 
@@ -830,6 +834,14 @@ def suite(
             help="A setting for every suite's pipeline, NAME=VALUE (repeatable): a variant to compare.",
         ),
     ] = None,
+    copies: Annotated[
+        Path | None,
+        typer.Option(
+            "--copies",
+            help="Ingest the policy corpora found here (python -m evaluation.format_copies: scans, Word or HTML "
+            "copies, a folder per corpus) instead of the originals; use a --work-dir of its own.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object: {meta, suites, combined}.")
     ] = False,
@@ -840,7 +852,7 @@ def suite(
     from rag.pipeline import PipelineOptions
 
     chosen = list(SUITES) if suites == "all" else [s.strip() for s in suites.split(",") if s.strip()]
-    paths = _suite_paths(shared, work_dir, data_dir)
+    paths = _suite_paths(shared, work_dir, data_dir, copies)
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
     pairs = [o.split("=", 1) for o in overrides or []]
     if any(len(p) != 2 or not p[0].strip() for p in pairs):

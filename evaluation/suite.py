@@ -71,10 +71,13 @@ Sink = Callable[[str, dict[str, Any]], None]  # (question id, the rag ask --json
 
 @dataclass(frozen=True)
 class Paths:
-    """Where the suites' data lives: ``shared`` is the team's read-only data folder."""
+    """Where the suites' data lives: ``shared`` is the team's read-only data folder. With ``copies``, the policy
+    corpora found there (``evaluation.format_copies``: scans, Word or HTML copies, one folder per corpus) are
+    ingested instead of their originals."""
 
     shared: Path
     work_dir: Path
+    copies: Path | None = None
 
     @property
     def data(self) -> Path:
@@ -82,6 +85,8 @@ class Paths:
 
     def corpus_inputs(self, corpus: str) -> list[Path]:
         d = self.data
+        if self.copies is not None and (self.copies / corpus).is_dir():
+            return [self.copies / corpus]
         if corpus == "dev":
             return [d / "policies/civicactions-handbook/markdown", d / "policies/epa-infosec"]
         if corpus == "gitlab":
