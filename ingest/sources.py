@@ -223,7 +223,9 @@ def load_file(path: Path, settings: Settings, recogniser: Recogniser | None = No
     if fmt == "pdf":
         pdf = extract_pdf(path, settings, recogniser)
         pages = tuple(PageText(i + 1, text) for i, text in enumerate(pdf.pages))
-        title = pdf.title or _first_heading(pdf.pages[0] if pdf.pages else "") or prettify_stem(path.stem)
+        # a /Title that only repeats the file's name (what scanners and image tools write) says less than a heading
+        own = pdf.title if pdf.title and _key(pdf.title) != _key(path.stem) else None
+        title = own or _first_heading(pdf.pages[0] if pdf.pages else "") or prettify_stem(path.stem)
         if pdf.ocr_engine or pdf.warnings:
             extraction = Extraction(
                 content_key=pdf.content_key or content_key(path),
@@ -253,6 +255,10 @@ def load_file(path: Path, settings: Settings, recogniser: Recogniser | None = No
         title = front_title or heading or prettify_stem(path.stem)
     meta = build_meta(overrides, title, path)
     return [SourceDocument(doc_id_for_file(path), str(path), fmt, meta, version, pages, extraction)]
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\W_]+", "", name).casefold()
 
 
 def _check_size(path: Path, settings: Settings) -> None:

@@ -42,6 +42,7 @@ def source_dialog(e: dict[str, Any], principal: Principal) -> None:
         page=e.get("page"),
         passage=str(e.get("text") or ""),
         key=f"cited_{e.get('chunk_id')}",
+        data_dir=settings.data_dir,
         open_link=lambda page: serving.open_url(source, principal, page),
     )
 

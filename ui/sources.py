@@ -1,6 +1,8 @@
 """Sources that open at the passage: a cited passage shown in its document (a PDF page rendered with the passage's
-text boxes marked over it, or a Markdown/text file with the passage highlighted), scrolled so the mark is in view,
-and the file itself: to download, or (ui/serving.py) to open in the browser's PDF viewer at the cited page.
+text boxes marked over it, on a scanned page the boxes of the words OCR recognised; a Markdown/text file with the
+passage highlighted; a Word or HTML document as the text that was indexed, the passage highlighted, since the
+browser cannot show the one and must not run the other), scrolled so the mark is in view, and the file itself: to
+download, or (ui/serving.py) to open in the browser's PDF viewer at the cited page.
 
 Every view and download looks the document up by its id in the published index and checks the signed-in
 principal against the index's access metadata first, the same groups check retrieval applies. Nothing is served
@@ -23,6 +25,7 @@ from typing import Any
 
 import streamlit as st
 
+from rag.extracted import ExtractedStore, word_text
 from rag.types import DocumentMeta, Principal
 from ui.components import escape_md
 
@@ -30,6 +33,22 @@ NOT_AVAILABLE = "This document is not available to you (it does not exist or is 
 RENDER_SCALE = 1.6  # 72 dpi points -> pixels; about 950 px wide for an A4 page
 MARK_PAD_PT = 1.5  # a mark reaches this far around its characters
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".text", ".rst"}
+CONVERTED_SUFFIXES = {".docx": "Word document", ".html": "web page", ".htm": "web page"}
+MIME = {
+    ".pdf": "application/pdf",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".html": "application/octet-stream",  # downloaded, never shown by the browser as a page of this site
+    ".htm": "application/octet-stream",
+}
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """Where ``rag.extracted`` keeps what ingestion read out of the file: OCR'd pages' words, converted text."""
+
+    key: str
+    by: str
+    ocr_pages: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,7 @@ class Source:
     path: Path
     pages: int | None
     contact: str | None
+    extracted: Extracted | None = None
 
     @property
     def is_pdf(self) -> bool:
@@ -49,6 +69,11 @@ class Source:
     @property
     def is_text(self) -> bool:
         return self.path.suffix.lower() in TEXT_SUFFIXES
+
+    @property
+    def is_converted(self) -> bool:
+        """A Word or HTML document: shown as the text ingestion converted it to."""
+        return self.path.suffix.lower() in CONVERTED_SUFFIXES
 
 
 def document_meta(doc_id: str, doc: dict[str, Any]) -> DocumentMeta:
@@ -74,12 +99,21 @@ def readable_source(documents: dict[str, dict[str, Any]], principal: Principal, 
     if not source or "#" in Path(source).name:  # a JSONL record (path#id) has no file of its own to open
         return None
     contact = doc.get("contact") or (doc.get("metadata") or {}).get("contact")
+    raw = doc.get("extracted")
+    extracted = (
+        Extracted(
+            str(raw["key"]), str(raw.get("by") or ""), frozenset(int(n) for n in raw.get("ocr_pages") or ())
+        )
+        if isinstance(raw, dict) and raw.get("key")
+        else None
+    )
     return Source(
         doc_id=str(doc_id),
         title=str(doc.get("title") or doc_id),
         path=Path(source),
         pages=doc.get("pages"),
         contact=str(contact) if contact else None,
+        extracted=extracted,
     )
 
 
@@ -208,6 +242,50 @@ def passage_boxes(path: str, mtime: float, page: int, passage: str) -> tuple[Box
         pdf.close()
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def ocr_boxes(data_dir: str, key: str, engine: str, page: int, passage: str) -> tuple[Box, ...]:
+    """Where the passage sits on a scanned page: the boxes of the recognised words it spans, one box per run of
+    words on a line. The words are those OCR read when the page was indexed (``rag.extracted``)."""
+    store = ExtractedStore(data_dir)
+    try:
+        recognised = store.page(key, engine, page) if store.exists() else None
+    finally:
+        store.close()
+    if recognised is None:
+        return ()
+    words = recognised.words
+    text, owner = word_text(words)
+    hit: list[int] = []
+    for start, end in passage_spans(text, passage):
+        for i in sorted({owner[c] for c in range(start, end) if owner[c] >= 0}):
+            if not hit or hit[-1] != i:
+                hit.append(i)
+    boxes: list[Box] = []
+    last = -2
+    for i in hit:
+        x0, y0, x1, y1 = words[i].box
+        same_line = boxes and i == last + 1 and abs(y0 - boxes[-1][1]) < (y1 - y0) * 0.6
+        if same_line:
+            b = boxes[-1]
+            boxes[-1] = (min(b[0], x0), min(b[1], y0), max(b[2], x1), max(b[3], y1))
+        else:
+            boxes.append((x0, y0, x1, y1))
+        last = i
+    pad = 0.002
+    return tuple(
+        (max(a - pad, 0.0), max(b - pad, 0.0), min(c + pad, 1.0), min(d + pad, 1.0)) for a, b, c, d in boxes
+    )
+
+
+def converted_text(data_dir: str, key: str) -> str | None:
+    """The Markdown a Word or HTML document was converted to when it was indexed."""
+    store = ExtractedStore(data_dir)
+    try:
+        return store.text(key) if store.exists() else None
+    finally:
+        store.close()
+
+
 # ----------------------------------------------------------------------------- the viewer
 VIEWER_CSS = """
 <style>
@@ -307,10 +385,12 @@ def render_source(
     page: int | None,
     passage: str,
     key: str,
+    data_dir: Path | str,
     open_link: Callable[[int], str | None] | None = None,
 ) -> None:
     """The document at the cited page, opened at the passage; a link that opens the PDF in the browser's viewer
-    at that page (``open_link(page)``, ui/serving.py), and a download button for the file."""
+    at that page (``open_link(page)``, ui/serving.py), and a download button for the file. ``data_dir`` holds
+    what ingestion read out of scans and converted documents (``rag.extracted``)."""
     if not source.path.is_file():
         st.warning(
             f"The file of “{escape_md(source.title)}” is no longer where it was indexed ({source.path.name}): re-run "
@@ -325,10 +405,17 @@ def render_source(
         shown = min(max(page or 1, 1), total) if total else max(page or 1, 1)
         mtime = source.path.stat().st_mtime
         png = render_pdf_page(str(source.path), mtime, shown)
-        boxes = passage_boxes(str(source.path), mtime, shown, passage) if passage else ()
+        scanned = source.extracted is not None and shown in source.extracted.ocr_pages
+        if not passage:
+            boxes: tuple[Box, ...] = ()
+        elif scanned and source.extracted is not None:
+            boxes = ocr_boxes(str(data_dir), source.extracted.key, source.extracted.by, shown, passage)
+        else:
+            boxes = passage_boxes(str(source.path), mtime, shown, passage)
         st.caption(
             f"{escape_md(source.title)} · page {shown}"
             + (f" of {total}" if total else "")
+            + (" · a scanned page, read by OCR" if scanned else "")
             + (
                 " · the cited passage is marked"
                 if boxes
@@ -340,6 +427,15 @@ def render_source(
         text = data.decode("utf-8", errors="replace")
         st.caption(escape_md(source.title) + (" · the cited passage is highlighted" if passage else ""))
         st.html(text_view_html(text, passage, key), unsafe_allow_javascript=True)
+    elif source.is_converted and (
+        converted := converted_text(str(data_dir), source.extracted.key) if source.extracted else None
+    ):
+        kind = CONVERTED_SUFFIXES[source.path.suffix.lower()]
+        st.caption(
+            f"{escape_md(source.title)} · the {kind}'s text as it was indexed"
+            + (" · the cited passage is highlighted" if passage else "")
+        )
+        st.html(text_view_html(converted, passage, key), unsafe_allow_javascript=True)
     else:
         st.caption(f"{escape_md(source.title)}: no preview for {source.path.suffix or 'this'} files.")
     url = open_link(shown) if open_link is not None and shown is not None else None
@@ -355,7 +451,7 @@ def render_source(
             f"Download {source.path.name}",
             data=data,
             file_name=source.path.name,
-            mime="application/pdf" if source.is_pdf else "text/plain",
+            mime=MIME.get(source.path.suffix.lower(), "text/plain"),
             icon=":material/download:",
             key=f"dl_{key}",
             on_click="ignore",

@@ -162,3 +162,23 @@ def test_a_cited_source_opens_in_a_dialog_at_the_passage(
     (link,) = at.get("link_button")
     assert link.proto.label == "Open the PDF at page 1" and link.proto.url.endswith("#page=1")
     assert link.proto.url.startswith("/api/source/") and "link=" in link.proto.url
+
+
+def test_a_passage_on_a_scanned_page_is_marked_on_the_recognised_words(tmp_path: Path) -> None:
+    from rag.extracted import ExtractedStore, RecognisedPage, Word
+    from ui.sources import ocr_boxes
+
+    line1 = [("Signed", 0.10), ("contracts", 0.20), ("are", 0.32), ("kept", 0.38)]
+    line2 = [("for", 0.10), ("seven", 0.16), ("years.", 0.25), ("Drafts", 0.40)]
+    words = tuple(Word(t, (x, 0.30, x + 0.08, 0.32), 95.0) for t, x in line1) + tuple(
+        Word(t, (x, 0.34, x + 0.08, 0.36), 95.0) for t, x in line2
+    )
+    store = ExtractedStore(tmp_path)
+    store.put_page("k", "tesseract x", RecognisedPage(2, "", words, 95.0, "ok"))
+    store.close()
+    boxes = ocr_boxes(str(tmp_path), "k", "tesseract x", 2, "Signed contracts are kept for seven years.")
+    assert len(boxes) == 2  # one box per line the passage runs over
+    (x0, y0, x1, y1), (u0, v0, u1, v1) = boxes
+    assert x0 < 0.11 and x1 > 0.45 and y0 < 0.30 < 0.32 < y1  # "Signed ... kept"
+    assert u0 < 0.11 and u1 > 0.32 and u1 < 0.40 and v0 > y1 - 0.01  # "for seven years." and not "Drafts"
+    assert ocr_boxes(str(tmp_path), "k", "tesseract x", 1, "Signed contracts") == ()  # no such page

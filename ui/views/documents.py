@@ -132,6 +132,7 @@ def _viewer(documents: dict[str, dict[str, Any]], visible: dict[str, Any], princ
         page=page,
         passage="",
         key=f"doc_{doc_id}",
+        data_dir=services.get_settings().data_dir,
         open_link=lambda p: serving.open_url(source, principal, p),
     )
 
@@ -182,18 +183,46 @@ def render() -> None:
         counts[str(f.get("status"))] = counts.get(str(f.get("status")), 0) + 1
     st.caption(" \u00b7 ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no files")
     failed = [f for f in shown if f.get("status") == "failed"]
-    if not failed:
+    if failed:
+        st.error(f"{len(failed)} file(s) could not be ingested:", icon=":material/error:")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"file": f.get("path"), "reason": f.get("reason"), "message": f.get("message")}
+                    for f in failed
+                ],
+                columns=["file", "reason", "message"],
+            ),
+            hide_index=True,
+            key="docs_failures",
+        )
+    else:
         st.success("No files failed in the last ingestion.", icon=":material/check_circle:")
-        return
-    st.error(f"{len(failed)} file(s) could not be ingested:", icon=":material/error:")
-    st.dataframe(
-        pd.DataFrame(
-            [{"file": f.get("path"), "reason": f.get("reason"), "message": f.get("message")} for f in failed],
-            columns=["file", "reason", "message"],
-        ),
-        hide_index=True,
-        key="docs_failures",
-    )
+    warned = [f for f in shown if f.get("warnings")]
+    if warned:  # indexed, but pages left out: a scan too poor to read, a blank page
+        st.warning(f"{len(warned)} file(s) were indexed with pages left out:", icon=":material/warning:")
+        st.dataframe(
+            pd.DataFrame(
+                [{"file": f.get("path"), "left out": " ".join(f.get("warnings") or [])} for f in warned],
+                columns=["file", "left out"],
+            ),
+            hide_index=True,
+            key="docs_warnings",
+        )
+    skipped = [f for f in shown if f.get("status") == "skipped" and f.get("reason") != "hidden"]
+    if skipped:
+        st.caption(f"{len(skipped)} file(s) of a type this does not read were skipped:")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"file": f.get("path"), "why": f.get("message"), "what to do": f.get("hint")}
+                    for f in skipped
+                ],
+                columns=["file", "why", "what to do"],
+            ),
+            hide_index=True,
+            key="docs_skipped",
+        )
 
 
 with services.page_guard():
