@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     api_model: str = Field(
         default="policy-bot", description="The model name the API answers as (/v1/models)."
     )
-    api_keys_only: bool = Field(
+    api_require_key: bool = Field(
         default=False,
         description="The API accepts API keys only, never identity headers, cookies or demo sign-in: for an API "
         "port that clients reach without the authenticating proxy (docker-compose.yml's api service).",

@@ -9,7 +9,7 @@ In this order:
 2. Without a key, the deployment's identity, as the UI reads it (ui/auth.py, ``RAG_AUTH``): the authenticating
    proxy's identity headers (``proxy``), Streamlit's signed identity cookie (``oidc``, as the source route reads
    it), or a demo user (``demo``, on a loopback address reached directly only; ``user`` picks one, the first
-   name of the user list otherwise, as the picker starts). ``RAG_API_KEYS_ONLY`` turns this step off for a port
+   name of the user list otherwise, as the picker starts). ``RAG_API_REQUIRE_KEY`` turns this step off for a port
    clients reach without the proxy.
 
 Checked in two steps: :func:`identify` before the body is read (who sent the request: what it is rate-limited
@@ -120,7 +120,7 @@ def identify(
             )
             raise _unauthorised(" ".join(exc.user_message().split()), code) from None
     missing = f"No API key: send `Authorization: Bearer <key>` ({CREATE_KEY})."
-    if settings.api_keys_only:
+    if settings.api_require_key:
         raise _unauthorised(missing, "missing_api_key")
     if settings.auth == "proxy":
         try:

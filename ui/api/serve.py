@@ -50,7 +50,7 @@ def serve_command(
     config.set_option("server.address", host)
     typer.echo(
         f"Serving the API on http://{host}:{port}/v1 as model {settings.api_model!r} (data: {settings.data_dir}, "
-        f"sign-in: {'API keys only' if settings.api_keys_only else 'API keys or RAG_AUTH=' + settings.auth}); "
+        f"sign-in: {'API keys only' if settings.api_require_key else 'API keys or RAG_AUTH=' + settings.auth}); "
         "Ctrl+C stops it.",
         err=True,
     )

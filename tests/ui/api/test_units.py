@@ -170,7 +170,7 @@ def test_the_deployment_identity_when_there_is_no_key() -> None:
     assert sender.identity.principal.groups == frozenset({"staff", "hr"})
     assert failure(identify, {}, auth="proxy").code == "missing_api_key"
     assert failure(identify, {}, auth="oidc").code == "missing_api_key"  # no identity cookie
-    keys_only = failure(identify, {"X-Forwarded-User": "hana"}, auth="proxy", api_keys_only=True)
+    keys_only = failure(identify, {"X-Forwarded-User": "hana"}, auth="proxy", api_require_key=True)
     assert keys_only.status == 401 and keys_only.code == "missing_api_key"
     assert identify({"Host": "127.0.0.1:8000"}, auth="demo").mode == "demo"
     assert (
