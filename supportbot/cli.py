@@ -138,6 +138,7 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "lexical_parity": "evaluation.lexical_parity",
     "lexical_cost": "benchmarks.lexical_cost",
     "trace_load": "benchmarks.trace_load",
+    "api": "benchmarks.api",
     "peer": "evaluation.peer",
 }
 BENCHMARKS = " | ".join(BENCH_MODULES)

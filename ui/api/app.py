@@ -81,8 +81,13 @@ class Answered:
 
     trace: dict[str, Any]
     stored: bool
+    ask_ms: float = 0.0  # asking and storing, as `rag ask` does: the rest of a response's time is the API's
     text: str = ""
     rag: RagAnswer | None = None
+
+    def timing(self) -> dict[str, str]:
+        """The ``Server-Timing`` header: how long the answer itself took (benchmarks/api.py reads it)."""
+        return {"Server-Timing": f"ask;dur={self.ask_ms:.1f}"}
 
     def usage(self) -> Usage:
         tokens = self.trace.get("tokens") or {}
@@ -223,22 +228,23 @@ class Api:
         )
 
     # ------------------------------------------------------------------ answering
-    def _ask(self, question: Question) -> Answered:
+    def _ask(self, pipeline: Any, question: Question) -> Answered:
         """Answer and store (in a worker thread): the trace is saved whole, in one transaction, or not at all."""
-        trace = self.pipeline().ask(question).to_json()
+        start = time.perf_counter()
+        trace = pipeline.ask(question).to_json()
         try:
             self.store().traces.save(trace)
             stored = True
         except Exception:
             _LOG.warning("an API answer's trace %s was not stored", trace.get("trace_id"), exc_info=True)
             stored = False
-        return Answered(trace, stored)
+        return Answered(trace, stored, ask_ms=(time.perf_counter() - start) * 1000)
 
-    def _reply(self, answered: Answered, asker: identity.Asker, origin: str) -> Answered:
+    def _reply(self, pipeline: Any, answered: Answered, asker: identity.Asker, origin: str) -> Answered:
         """The reply text and the ``rag`` extension, with links made for this asker."""
         from ui import answer_text, serving, sources
 
-        documents = self.pipeline().reader.documents()
+        documents = pipeline.reader.documents()
         principal = asker.principal
 
         def link(doc_id: str, page: int | None) -> str | None:
@@ -257,8 +263,9 @@ class Api:
 
     async def answer(self, question: Question, asker: identity.Asker, origin: str | None) -> Answered:
         def work() -> Answered:
-            answered = self._ask(question)
-            return answered if origin is None else self._reply(answered, asker, origin)
+            pipeline = self.pipeline()
+            answered = self._ask(pipeline, question)
+            return answered if origin is None else self._reply(pipeline, answered, asker, origin)
 
         return await anyio.to_thread.run_sync(work, limiter=self.answering())
 
@@ -332,7 +339,7 @@ class Api:
             usage=answered.usage(),
             rag=answered.rag,
         )
-        return JSONResponse(completion.model_dump(mode="json"), headers=NO_STORE)
+        return JSONResponse(completion.model_dump(mode="json"), headers={**NO_STORE, **answered.timing()})
 
     async def _stream(
         self, question: Question, asker: identity.Asker, origin: str, include_usage: bool
@@ -415,7 +422,11 @@ class Api:
             answered = await self.answer(question, asker, None)
         except Exception as exc:
             return from_exception(exc).response()
-        headers = {**NO_STORE, "X-Rag-Trace-Stored": "true" if answered.stored else "false"}
+        headers = {
+            **NO_STORE,
+            **answered.timing(),
+            "X-Rag-Trace-Stored": "true" if answered.stored else "false",
+        }
         return JSONResponse(answered.trace, headers=headers)
 
     async def feedback(self, request: Request) -> Response:
