@@ -169,8 +169,11 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     metrics = {m.label: m.value for m in at.metric}
     assert int(metrics["Questions"]) >= 2
     assert metrics["Abstention rate"].endswith("%") and int(metrics[":material/thumb_down: Not helpful"]) >= 1
+    channels = next(d.value for d in at.dataframe if "channel" in d.value.columns)
+    assert int(channels.set_index("channel").loc["chat page (ui)", "questions"]) >= 4  # the chat page's own
     topics = next(d.value for d in at.dataframe if "topic" in d.value.columns)
     assert "How many days does a customer have to return an item?" in " ".join(topics["examples"])
+    assert "ui " in " ".join(topics["channels"])
     assert topics["questions"].sum() >= 2
     labels = {b.proto.label for b in at.get("download_button")}
     assert {"Daily figures (CSV)", "Topics (CSV)", "Every such question (CSV)", "Documents (CSV)"} <= labels
