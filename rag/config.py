@@ -252,6 +252,35 @@ class Settings(BaseSettings):
         default="/oauth2/sign_out", description="proxy mode: where 'Sign out' goes (oauth2-proxy's endpoint)."
     )
     admin_group: str = Field(default="admin", description="Members see every trace, analytics, evaluation.")
+    # The API (ui/api, docs/api.md): served beside the UI by `rag ui` and alone by `rag serve`.
+    public_url: str | None = Field(
+        default=None,
+        description="The address people open the bot at (e.g. https://bot.example.com, behind the proxy): links "
+        "to sources in API answers start with it. Unset: the address the request came to.",
+    )
+    api_model: str = Field(
+        default="policy-bot", description="The model name the API answers as (/v1/models)."
+    )
+    api_require_key: bool = Field(
+        default=False,
+        description="The API accepts API keys only, never identity headers, cookies or demo sign-in: for an API "
+        "port that clients reach without the authenticating proxy (docker-compose.yml's api service).",
+    )
+    api_rate_limit: int = Field(
+        default=60,
+        ge=1,
+        description="Requests per minute per API key (or signed-in user); a key may set its own.",
+    )
+    api_max_body_bytes: int = Field(
+        default=262_144, ge=1024, description="Largest request body the API reads."
+    )
+    api_max_messages: int = Field(default=100, ge=1, description="Most messages one chat request may carry.")
+    api_workers: int = Field(
+        default=4,
+        ge=1,
+        description="Questions the API answers at once; more wait their turn (first in, first out).",
+    )
+    api_key_days: float = Field(default=90.0, gt=0, description="How long a new API key is valid by default.")
     eval_sweep_dirs: list[Path] = Field(
         default_factory=list,
         description="Folders of saved sweeps the Evaluation page may load, besides <data_dir>/sweeps.",

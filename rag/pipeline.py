@@ -169,6 +169,12 @@ class Result:
             standalone=ts.StandaloneQuestion.model_validate(self.standalone.to_json())
             if self.standalone is not None
             else None,
+            channel=q.channel,
+            api_key=ts.ApiKeyUse(
+                id=q.api_key.id, name=q.api_key.name, user=q.api_key.user, on_behalf=q.api_key.on_behalf
+            )
+            if q.api_key is not None
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -38,6 +38,17 @@ from rag.types import (
 
 
 @dataclass(frozen=True)
+class KeyUse:
+    """The API key a question came with (``rag keys``): its id and name, the user it is bound to, and whether it
+    asked on someone else's behalf (a trusted service key naming the asker). Never the secret."""
+
+    id: str
+    name: str
+    user: str
+    on_behalf: bool = False
+
+
+@dataclass(frozen=True)
 class Question:
     """One request: the question and who asks it. The principal is required; there is no anonymous search."""
 
@@ -48,6 +59,8 @@ class Question:
     session_id: str | None = None
     history: tuple[tuple[str, str], ...] = ()  # (role, content) turns already trimmed to the history budget
     facts: tuple[str, ...] = ()  # confirmed facts about the user, retrieved for this question
+    channel: str | None = None  # where it was asked: "ui", "cli", "api" (None: not recorded, e.g. evaluation)
+    api_key: KeyUse | None = None  # the API key it came with (channel "api")
 
 
 @dataclass(frozen=True)

@@ -248,6 +248,16 @@ class StandaloneQuestion(_Record):
     replaced: list[Replacement] = []
 
 
+class ApiKeyUse(_Record):
+    """The API key a question came with (docs/api.md): never the secret. The asker is the trace's user and
+    groups; with ``on_behalf`` a trusted service key (bound to ``user`` here) named them."""
+
+    id: str = Field(description="the key's id, as `rag keys list` shows it")
+    name: str
+    user: str = Field(description="the user the key is bound to (a service key: the service's name)")
+    on_behalf: bool = Field(description="a trusted service key asked for the trace's user and groups")
+
+
 class Stage(_Record):
     """What the runner recorded for one stage. ``detail`` belongs to the stage: free-form JSON."""
 
@@ -301,6 +311,12 @@ class Trace(_Record):
     standalone: StandaloneQuestion | None = Field(
         default=None, description="a follow-up's standalone form; absent before conversations were rewritten"
     )
+    channel: str | None = Field(
+        default=None,
+        description="where it was asked: 'ui' (the chat page), 'cli' (rag ask) or 'api' (docs/api.md); None: "
+        "not recorded (evaluation runs, traces stored before channels were)",
+    )
+    api_key: ApiKeyUse | None = Field(default=None, description="the API key an 'api' question came with")
 
     def to_json(self, *, defaults: bool = False) -> dict[str, Any]:
         """The trace as JSON-able dicts, keys in schema order. Keys the trace did not carry (an older trace)

@@ -103,6 +103,7 @@ def ask(
                     ),
                     as_of=_parse_date(item.get("as_of") or as_of),
                     tags=frozenset(item.get("tags") or ()) or _parse_groups(tags),
+                    channel="cli",
                 )
                 out = {"id": item.get("id"), **pipeline.ask(q, options).to_json()}
             except (KeyError, json.JSONDecodeError) as exc:
@@ -112,7 +113,13 @@ def ask(
             print_json(out)
         return
     assert question is not None and user is not None
-    q = Question(question, Principal(user, _parse_groups(groups)), _parse_date(as_of), _parse_groups(tags))
+    q = Question(
+        question,
+        Principal(user, _parse_groups(groups)),
+        _parse_date(as_of),
+        _parse_groups(tags),
+        channel="cli",
+    )
     result = pipeline.ask(q, options)
     if as_json:
         print_json(result.to_json())
@@ -131,6 +138,7 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "lexical_parity": "evaluation.lexical_parity",
     "lexical_cost": "benchmarks.lexical_cost",
     "trace_load": "benchmarks.trace_load",
+    "api": "benchmarks.api",
     "peer": "evaluation.peer",
 }
 BENCHMARKS = " | ".join(BENCH_MODULES)
@@ -175,6 +183,10 @@ def _register_optional(command: str | None = None) -> None:
 
         app.add_typer(db_app, name="db", help="Trace database migrations (one-shot step).")
         app.add_typer(traces_app, name="traces", help="List, show and export stored answer traces.")
+    if wanted("keys"):
+        from rag.tracestore.keys_cli import keys_app
+
+        app.add_typer(keys_app, name="keys", help="API keys: create, list, expire, revoke (docs/api.md).")
     if wanted("eval"):
         from evaluation.cli import eval_app
 
@@ -193,6 +205,12 @@ def _register_optional(command: str | None = None) -> None:
         except ImportError:  # streamlit missing: the rest of the CLI still works
             return
         app.command("ui")(ui_command)
+    if wanted("serve"):
+        try:
+            from ui.api.serve import serve_command
+        except ImportError:  # starlette or uvicorn missing: the rest of the CLI still works
+            return
+        app.command("serve")(serve_command)
 
 
 def _invoked_command(argv: list[str]) -> str | None:
@@ -201,7 +219,7 @@ def _invoked_command(argv: list[str]) -> str | None:
     own = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
     if first in own:
         return first
-    return first if first in ("db", "traces", "eval", "llm", "ui") else None
+    return first if first in ("db", "traces", "keys", "eval", "llm", "ui", "serve") else None
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
 """Knowledge gaps for admins: what the Analytics page computes from the trace store, as plain functions.
+Questions come from every channel (the chat page, ``rag ask``, the API); topics and the per-channel table say
+which.
 
 Questions the bot abstained on or that their asker rated down are grouped by topic: their embeddings (the
 project's embedder, the packaged MiniLM by default) are clustered agglomeratively (average linkage, cosine
@@ -45,6 +47,7 @@ class Topic:
     examples: tuple[str, ...]  # distinct questions of the group, label first
     trace_ids: tuple[str, ...] = field(default=(), repr=False)
     reasons: Mapping[str, int] = field(default_factory=dict)
+    channels: Mapping[str, int] = field(default_factory=dict)  # where its questions were asked: ui, cli, api
 
 
 def cluster_labels(vectors: np.ndarray, distance: float = TOPIC_DISTANCE) -> np.ndarray:
@@ -116,6 +119,7 @@ def group_gaps(
                 reasons=dict(
                     Counter(str(g["feedback_reason"]) for g in group_rows if g.get("feedback_reason"))
                 ),
+                channels=dict(Counter(str(g["channel"]) for g in group_rows if g.get("channel"))),
             )
         )
     return sorted(topics, key=lambda t: (-t.count, t.label))
@@ -131,12 +135,34 @@ def topics_frame(topics: Sequence[Topic]) -> pd.DataFrame:
                 "abstained": t.abstained,
                 "down-voted": t.down_votes,
                 "reasons": ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(t.reasons.items())),
+                "channels": ", ".join(f"{c} {n}" for c, n in sorted(t.channels.items())),
                 "examples": " | ".join(t.examples),
             }
             for t in topics
         ],
-        columns=["topic", "terms", "questions", "abstained", "down-voted", "reasons", "examples"],
+        columns=["topic", "terms", "questions", "abstained", "down-voted", "reasons", "channels", "examples"],
     )
+
+
+def channels_frame(stats: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Questions per channel (the chat page, `rag ask`, the API) with their abstention rate and feedback."""
+    labels = {"ui": "chat page (ui)", "cli": "rag ask (cli)", "api": "API (api)"}
+    frame = pd.DataFrame(
+        [
+            {
+                "channel": labels.get(str(c["channel"]), str(c["channel"])),
+                "questions": int(c["questions"]),
+                "abstained": int(c["abstained"]),
+                "thumbs up": int(c["thumbs_up"]),
+                "thumbs down": int(c["thumbs_down"]),
+            }
+            for c in stats
+        ],
+        columns=["channel", "questions", "abstained", "thumbs up", "thumbs down"],
+    )
+    asked = frame["questions"].where(frame["questions"] > 0)
+    frame["abstention rate"] = (frame["abstained"] / asked).fillna(0.0)
+    return frame
 
 
 def daily_frame(days: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

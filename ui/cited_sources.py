@@ -12,7 +12,7 @@ from typing import Any
 import streamlit as st
 
 from rag.types import Principal
-from ui import components, services, serving, sources
+from ui import answer_text, components, services, serving, sources
 
 LABEL_CHARS = 40
 
@@ -49,18 +49,15 @@ def source_dialog(e: dict[str, Any], principal: Principal) -> None:
 
 def render_cited_sources(trace: dict[str, Any], principal: Principal, *, key: str) -> None:
     """One button per cited passage (in citation order) that opens it in ``source_dialog``."""
-    if trace.get("abstained"):
-        return
-    ev = components.evidence_by_n(trace)
-    cited = [n for n in dict.fromkeys(c["n"] for c in trace.get("citations") or []) if n in ev]
+    cited = answer_text.cited_evidence(trace)
     if not cited:
         return
     with st.container(horizontal=True, key=f"sources_{key}"):
-        for n in cited:
+        for e in cited:
             if st.button(
-                components.escape_md(source_label(ev[n])),
+                components.escape_md(source_label(e)),
                 icon=":material/open_in_new:",
-                key=f"src_{key}_{n}",
+                key=f"src_{key}_{e['n']}",
                 help="Open the cited page with the passage marked",
             ):
-                source_dialog(ev[n], principal)
+                source_dialog(e, principal)

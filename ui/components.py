@@ -18,6 +18,7 @@ import streamlit as st
 
 from rag import status
 from rag.stages.citations import cited_ids
+from ui import answer_text
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
 CITATIONS_FAILED = "Some citations failed the check"
@@ -231,36 +232,17 @@ def citations_checked(trace: dict[str, Any]) -> bool:
     return status.citations_checked(trace)
 
 
-ABSTAINED = "Abstained: the evidence does not answer this"
+ABSTAINED = answer_text.ABSTAINED
 
 
 def badges_html(trace: dict[str, Any], *, abstained: str = ABSTAINED) -> str:
-    """The answer's label, one per status (``rag.status.answer_status``): what happened, in words. ``abstained``:
-    the words for a refusal (the chat says it to employees its own way)."""
-    match status.answer_status(trace):
-        case "abstained":
-            return f'<span class="rag-badge abstain">{html.escape(abstained)}</span>'
-        case "failed_citations":
-            failed = failed_citations(trace)
-            ids = ", ".join(f"[{c['n']}]" for c in failed)
-            return f'<span class="rag-badge fail">{len(failed)} citation(s) failed the check: {html.escape(ids)}</span>'
-        case "checked":
-            if status.llm_confirmed_parts(trace):  # a part vouched for by the configured LLM, not the reader
-                return (
-                    '<span class="rag-badge ok" title="The language model confirmed a quote the reader did not '
-                    'vouch for">Citations checked (confirmed by the language model)</span>'
-                )
-            return '<span class="rag-badge ok">Citations checked</span>'
-        case "unsupported_claims":
-            n = len(unchecked_claims(trace))
-            return f'<span class="rag-badge fail">{n} claim(s) not supported by the evidence</span>'
-        case "partial":  # a part of the question is left unanswered
-            return '<span class="rag-badge abstain">Answers only part of the question</span>'
-        case (
-            "unconfirmed"
-        ):  # every quote is in its passage, but the reader does not vouch it states what was asked
-            return '<span class="rag-badge unconfirmed">Quoted from the sources; not confirmed as the answer</span>'
-    return ""
+    """The answer's label, one per status (``ui.answer_text.status_label``): what happened, in words.
+    ``abstained``: the words for a refusal (the chat says it to employees its own way)."""
+    label = answer_text.status_label(trace, abstained=abstained)
+    if label is None:
+        return ""
+    title = f' title="{html.escape(label.title)}"' if label.title else ""
+    return f'<span class="rag-badge {label.kind}"{title}>{html.escape(label.text)}</span>'
 
 
 def unconfirmed_intents(trace: dict[str, Any]) -> list[str]:

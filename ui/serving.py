@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +55,7 @@ NOT_VALID = (
 )
 # Set by routes() when ui/server.py mounts the route: a page offers links only where the route exists.
 MOUNTED = False
+_SETTINGS: Callable[[], Settings] | None = None  # routes(settings=...): rag serve's own settings
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,7 @@ def serve_source(request: Request) -> Response:
     from ui import services
 
     try:
-        settings = services.get_settings()
+        settings = _SETTINGS() if _SETTINGS is not None else services.get_settings()
         users = services.load_users(settings) if settings.auth == "demo" else None
         signed_in = oidc.identity_from_cookies(request.cookies, settings) if settings.auth == "oidc" else None
         documents = published_documents(settings.data_dir)
@@ -272,8 +273,10 @@ def serve_source(request: Request) -> Response:
     )
 
 
-def routes() -> list[Route]:
-    """The route ui/server.py mounts beside the Streamlit app; from then on pages offer "Open the PDF" links."""
-    global MOUNTED
+def routes(settings: Callable[[], Settings] | None = None) -> list[Route]:
+    """The route ui/server.py mounts beside the Streamlit app; from then on pages offer "Open the PDF" links.
+    ``settings``: where the route reads its settings (``rag serve`` passes its own; default: the environment)."""
+    global MOUNTED, _SETTINGS
     MOUNTED = True
+    _SETTINGS = settings
     return [Route(route_path(_base_url()) + "{doc_id:path}", serve_source, methods=["GET", "HEAD"])]

@@ -1,5 +1,6 @@
-"""Analytics over a window of stored answers: answers per day, down-vote reasons, the questions the bot did
-not answer well, which documents answers cite, and who has asked (the admin pages read these)."""
+"""Analytics over a window of stored answers: answers per day and per channel (the chat page, ``rag ask``, the
+API), down-vote reasons, the questions the bot did not answer well, which documents answers cite, and who has
+asked (the admin pages read these)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,23 @@ class GapQuestion(TypedDict):
     tags: list[str]
     question: str
     abstained: bool
+    channel: str  # ui, cli, api, or "unrecorded" (stored before channels were)
     feedback: str | None
     feedback_reason: str | None
     feedback_comment: str | None
+
+
+UNRECORDED = "unrecorded"  # the channel of an answer stored before channels were recorded
+
+
+class ChannelStats(TypedDict):
+    """Answers in a window asked through one channel (``Analytics.channel_stats``)."""
+
+    channel: str
+    questions: int
+    abstained: int
+    thumbs_up: int
+    thumbs_down: int
 
 
 class CitedDocument(TypedDict):
@@ -84,6 +99,35 @@ class Analytics:
             d["thumbs_down"] += row.rating == "down"
         return [days[k] for k in sorted(days)]
 
+    def channel_stats(self, since: TimeBound = None, until: TimeBound = None) -> list[ChannelStats]:
+        """Per channel (ui, cli, api; ``unrecorded`` for answers stored before channels were), most questions
+        first: questions, abstained, thumbs_up, thumbs_down."""
+        a, fb = m.Answer, m.Feedback
+        stmt = (
+            select(
+                a.channel,
+                func.count().label("questions"),
+                func.count().filter(a.abstained.is_(True)).label("abstained"),
+                func.count(fb.trace_id).filter(fb.rating == "up").label("up"),
+                func.count(fb.trace_id).filter(fb.rating == "down").label("down"),
+            )
+            .outerjoin(fb, fb.trace_id == a.trace_id)
+            .where(*TraceFilter(since=since, until=until).where())
+            .group_by(a.channel)
+        )
+        rows = self.db.read("count answers per channel", lambda conn: list(conn.execute(stmt)))
+        out = [
+            ChannelStats(
+                channel=r.channel or UNRECORDED,
+                questions=int(r.questions),
+                abstained=int(r.abstained),
+                thumbs_up=int(r.up),
+                thumbs_down=int(r.down),
+            )
+            for r in rows
+        ]
+        return sorted(out, key=lambda c: (-c["questions"], c["channel"]))
+
     def feedback_reasons(self, since: TimeBound = None, until: TimeBound = None) -> dict[str, int]:
         """Down-votes per reason (``"none"`` for a down-vote without one) on answers in the window."""
         a, fb = m.Answer, m.Feedback
@@ -111,6 +155,7 @@ class Analytics:
                 a.tags,
                 a.question,
                 a.abstained,
+                a.channel,
                 fb.rating.label("feedback"),
                 fb.reason.label("feedback_reason"),
                 fb.comment.label("feedback_comment"),
@@ -135,6 +180,7 @@ class Analytics:
                 tags=[str(t) for t in r["tags"] or []],
                 question=r["question"],
                 abstained=bool(r["abstained"]),
+                channel=r["channel"] or UNRECORDED,
                 feedback=r["feedback"],
                 feedback_reason=r["feedback_reason"],
                 feedback_comment=r["feedback_comment"],

@@ -112,6 +112,7 @@ class Answer(Base):
     history_tokens: Mapped[int | None]
     total_ms: Mapped[float | None]
     error: Mapped[str | None] = mapped_column(Text)
+    channel: Mapped[str | None] = mapped_column(String(16))  # ui, cli, api (analytics count by it)
     has_failed_citation: Mapped[bool]
     hops: Mapped[list[Any] | None]
     budgets: Mapped[dict[str, Any] | None]
@@ -367,6 +368,28 @@ class Feedback(Base):
         ),
         Index("ix_feedback_rating_updated_at", "rating", "updated_at"),
     )
+
+
+class ApiKey(Base):
+    """An API key (docs/api.md): bound to a user and their groups, with an expiry. Only a hash of the secret is
+    kept; a key is never deleted (traces name it), only expired or revoked. A ``service`` key is trusted to ask
+    on behalf of a named user, with groups among its own."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String)
+    groups: Mapped[list[Any]]
+    service: Mapped[bool]
+    secret_hash: Mapped[str] = mapped_column(String(64))  # sha256 hex of the key's secret
+    rate_limit: Mapped[int | None]  # requests per minute; NULL: RAG_API_RATE_LIMIT
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+    __table_args__ = (Index("ix_api_keys_user", "user"),)
 
 
 TRACE_TABLES = (

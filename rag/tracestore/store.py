@@ -1,4 +1,4 @@
-"""The trace store: one database and the five things kept in it, each in its own module.
+"""The trace store: one database and the six things kept in it, each in its own module.
 
     store = TraceStore.from_settings(settings)
     store.traces      # rag/tracestore/traces.py    save, get, read, list, count, export
@@ -6,8 +6,9 @@
     store.analytics   # rag/tracestore/analytics.py users, daily_stats, feedback_reasons, gap_questions, ...
     store.sessions    # rag/tracestore/sessions.py  create, add_turn, list, turns
     store.memory      # rag/tracestore/memory.py    remember, facts, history, forget
+    store.keys        # rag/tracestore/keys.py      create, list, authenticate, expire, revoke (the API's keys)
 
-All five share one :class:`rag.tracestore.db.Database` (one pool, one schema check, retried writes).
+All six share one :class:`rag.tracestore.db.Database` (one pool, one schema check, retried writes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy import Engine
 from rag.tracestore.analytics import Analytics
 from rag.tracestore.db import Database, display_url
 from rag.tracestore.feedback import Feedback
+from rag.tracestore.keys import ApiKeys
 from rag.tracestore.memory import Memory
 from rag.tracestore.sessions import ChatSessions
 from rag.tracestore.traces import Traces
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 
 class TraceStore:
-    """Traces, feedback, analytics, chat sessions and conversation memory in one SQL database (SQLite or
+    """Traces, feedback, analytics, chat sessions, conversation memory and API keys in one SQL database (SQLite or
     PostgreSQL). The schema is made by ``rag db upgrade``, never implicitly: a call on a database without it
     raises :class:`rag.tracestore.DatabaseNotInitialised`.
 
@@ -44,6 +46,7 @@ class TraceStore:
         self.analytics = Analytics(self.db)
         self.sessions = ChatSessions(self.db)
         self.memory = Memory(self.db)
+        self.keys = ApiKeys(self.db)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> TraceStore:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 from benchmarks import ingest as ingest_bench
@@ -34,6 +35,20 @@ def test_query_benchmark_reports_every_stage(sample_data_dir: Path) -> None:
     assert result["queries"] == 1
     assert {"retrieve", "rerank", "pack", "generate"} <= set(result["stages_ms"])
     assert set(result["end_to_end_ms_without_generator"]) == {"p50", "p95"}
+
+
+def test_api_benchmark_loads_a_running_server_and_measures_its_overhead(
+    sample_data_dir: Path, tmp_path: Path
+) -> None:
+    from benchmarks import api as api_bench
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_data_dir, data_dir)
+    questions = [{"question": "How many days does a customer have to return an item?"}]
+    result = api_bench.run(data_dir, questions, clients=2, seconds=2.0, overhead_repeats=1)
+    assert result["load"]["errors"] == 0 and result["load"]["answers"] >= 2, result["load"]
+    assert result["load"]["stream_first_byte_ms"]["n"] >= 1
+    assert result["overhead"]["overhead_ms"]["n"] == 1
 
 
 def test_rag_bench_lists_benchmarks_and_passes_help_through() -> None:

@@ -20,7 +20,8 @@ yaml = pytest.importorskip("yaml")
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 QDRANT = ("qdrant-1", "qdrant-2", "qdrant-3")
-LONG_RUNNING = (*QDRANT, "postgres", "ui")
+LONG_RUNNING = (*QDRANT, "postgres", "ui", "api")
+APPS = ("migrate", "ui", "api", "ingest")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_services(services: dict[str, Any]) -> None:
-    assert set(services) == {*QDRANT, "postgres", "migrate", "ui", "oauth2-proxy", "ingest"}
+    assert set(services) == {*QDRANT, "postgres", "migrate", "ui", "api", "oauth2-proxy", "ingest"}
     assert services["postgres"]["image"].startswith("postgres:16")
     for name in QDRANT:
         assert services[name]["image"].startswith("qdrant/qdrant:")
@@ -43,7 +44,7 @@ def test_services(services: dict[str, Any]) -> None:
     for name in ("qdrant-2", "qdrant-3"):
         command = services[name]["command"]
         assert command[command.index("--bootstrap") + 1] == "http://qdrant-1:6335"
-    for name in ("migrate", "ui", "ingest"):
+    for name in APPS:
         assert services[name]["build"]["dockerfile"] == "docker/Dockerfile"
     assert services["migrate"]["command"] == ["rag", "db", "upgrade"]
     assert services["migrate"]["restart"] == "no"
@@ -51,14 +52,18 @@ def test_services(services: dict[str, Any]) -> None:
     assert services["ingest"]["profiles"] == ["ingest"]
     assert any(v.endswith(":/corpus:ro") for v in services["ingest"]["volumes"])
     assert "8501" in " ".join(services["ui"]["command"]) and services["ui"]["expose"] == ["8501"]
+    assert services["api"]["command"] == ["rag", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 
 def test_the_ui_is_reached_only_through_oauth2_proxy(services: dict[str, Any]) -> None:
-    """The UI trusts identity headers (RAG_AUTH=proxy, never demo), so only the proxy that sets them is published."""
-    for name in ("migrate", "ui", "ingest"):
+    """The UI trusts identity headers (RAG_AUTH=proxy, never demo), so only the proxy that sets them is published
+    in front of it; the API is published on its own port for chat tools, and takes API keys only there."""
+    for name in APPS:
         assert services[name]["environment"]["RAG_AUTH"] == "proxy"
     published = [name for name, service in services.items() if service.get("ports")]
-    assert published == ["oauth2-proxy"]
+    assert published == ["api", "oauth2-proxy"]
+    assert services["api"]["environment"]["RAG_API_REQUIRE_KEY"] == "true"
+    assert "RAG_API_REQUIRE_KEY" not in services["ui"]["environment"]  # behind the proxy: its headers work
     proxy = services["oauth2-proxy"]
     env = proxy["environment"]
     assert env["OAUTH2_PROXY_UPSTREAMS"] == "http://ui:8501/"
@@ -69,13 +74,15 @@ def test_the_ui_is_reached_only_through_oauth2_proxy(services: dict[str, Any]) -
 
 
 def test_app_environment(services: dict[str, Any]) -> None:
-    for name in ("migrate", "ui", "ingest"):
+    for name in APPS:
         env = services[name]["environment"]
         assert env["RAG_QDRANT_URL"] == "http://qdrant-1:6333"
         assert env["RAG_DATABASE_URL"].startswith("postgresql+psycopg://")
         assert "${POSTGRES_PASSWORD:?" in env["RAG_DATABASE_URL"]
         assert env["RAG_QDRANT_REPLICATION"].endswith(":-2}")
         assert "RAG_QDRANT_SHARDS" in env and env["RAG_DATA_DIR"] == "/data"
+        # API answers' source links are signed by the api and checked by the ui: one required secret for both
+        assert env["STREAMLIT_SERVER_COOKIE_SECRET"].startswith("${STREAMLIT_COOKIE_SECRET:?")
 
 
 def test_health_checks_on_every_long_running_service(services: dict[str, Any]) -> None:
@@ -90,10 +97,11 @@ def test_health_checks_on_every_long_running_service(services: dict[str, Any]) -
 
 
 def test_start_order(services: dict[str, Any]) -> None:
-    ui = services["ui"]["depends_on"]
-    assert ui["migrate"] == {"condition": "service_completed_successfully"}
-    for name in (*QDRANT, "postgres"):
-        assert ui[name] == {"condition": "service_healthy"}
+    for app in ("ui", "api"):
+        depends = services[app]["depends_on"]
+        assert depends["migrate"] == {"condition": "service_completed_successfully"}
+        for name in (*QDRANT, "postgres"):
+            assert depends[name] == {"condition": "service_healthy"}
     assert services["migrate"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
     for name in QDRANT:
         assert services["ingest"]["depends_on"][name] == {"condition": "service_healthy"}
@@ -109,6 +117,7 @@ def test_data_lives_on_named_volumes(compose: dict[str, Any], services: dict[str
         "qdrant-3": "/qdrant/storage",
         "postgres": "/var/lib/postgresql/data",
         "ui": "/data",
+        "api": "/data",
         "ingest": "/data",
     }
     for name, target in mounts.items():
@@ -149,7 +158,7 @@ def test_compose_cli_accepts_the_file(tmp_path: Path) -> None:
     env_file = tmp_path / "empty.env"
     env_file.write_text(
         "OIDC_ISSUER_URL=https://id.example.com\nOIDC_CLIENT_ID=rag\nOIDC_CLIENT_SECRET=dummy\n"
-        "OAUTH2_PROXY_COOKIE_SECRET=dummy\n"
+        "OAUTH2_PROXY_COOKIE_SECRET=dummy\nSTREAMLIT_COOKIE_SECRET=dummy\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POSTGRES_", "RAG_", "COMPOSE_"))}
     base = [*cli, "--project-directory", str(REPO), "-f", str(COMPOSE), "--env-file", str(env_file)]

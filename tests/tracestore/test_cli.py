@@ -35,8 +35,8 @@ def test_db_commands(cli) -> None:
 
     result = cli(db_app, "upgrade")
     assert result.exit_code == 0, result.output
-    assert "revision 0002" in result.stdout
-    assert "0002 (head)" in cli(db_app, "current").stdout
+    assert "revision 0003" in result.stdout
+    assert "0003 (head)" in cli(db_app, "current").stdout
 
     result = cli(db_app, "downgrade", "base")
     assert result.exit_code == 0, result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic import command
@@ -24,14 +25,14 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_head_is_the_feedback_revision() -> None:
-    assert head_revision() == "0002"
+def test_head_is_the_api_keys_revision() -> None:
+    assert head_revision() == "0003"
 
 
 def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) -> None:
     """0001 -> 0002 adds only the feedback table; 0002 -> 0001 drops only it; traces survive both ways."""
     upgrade(store_url, "0001")
-    assert _tables(store_url) == MODEL_TABLES - {"feedback"} | {"alembic_version"}
+    assert _tables(store_url) == MODEL_TABLES - {"feedback", "api_keys"} | {"alembic_version"}
     trace = make_trace(seed=3)
     engine = make_engine(store_url)
     try:  # a trace written by a 0001-era store: insert the answers row directly (the store checks the head)
@@ -45,7 +46,7 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
             )
     finally:
         engine.dispose()
-    assert upgrade(store_url) == "0002"
+    assert upgrade(store_url) == head_revision()
     with TraceStore(store_url) as store:
         assert store.traces.count() == 1
         store.feedback.set(trace["trace_id"], "alice", "down", reason="outdated")
@@ -58,6 +59,50 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
             assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str) -> None:
+    """0002 -> 0003 adds the api_keys table and answers.channel (NULL for earlier answers, counted as
+    unrecorded); 0003 -> 0002 drops both and keeps every answer and its feedback."""
+    upgrade(store_url, "0002")
+    assert "api_keys" not in _tables(store_url)
+    old = make_trace(seed=5)
+    engine = make_engine(store_url)
+    try:  # an answer written by a 0002-era store: insert its row directly (the store checks the head)
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    'INSERT INTO answers (trace_id, created_at, "user", question, abstained, has_failed_citation) '
+                    "VALUES (:t, :c, 'alice', 'q?', true, false)"
+                ),
+                {"t": old["trace_id"], "c": "2025-03-01 09:00:00"},
+            )
+    finally:
+        engine.dispose()
+    assert upgrade(store_url) == "0003"
+    with TraceStore(store_url) as store:
+        assert store.analytics.channel_stats()[0]["channel"] == "unrecorded"
+        new = {**make_trace(seed=6), "channel": "api"}
+        store.traces.save(new)
+        assert store.traces.get(new["trace_id"]) == new
+        assert {c["channel"]: c["questions"] for c in store.analytics.channel_stats()} == {
+            "unrecorded": 1,
+            "api": 1,
+        }
+        key, token = store.keys.create("bot", ["staff"], expires_at=datetime.now(UTC) + timedelta(days=1))
+        assert store.keys.authenticate(token).id == key.id
+        store.feedback.set(old["trace_id"], "alice", "down", reason="outdated")
+    assert downgrade(store_url, "0002") == "0002"
+    assert "api_keys" not in _tables(store_url)
+    engine = make_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 2
+            assert conn.execute(text("SELECT count(*) FROM feedback")).scalar() == 1
+            columns = {c["name"] for c in inspect(conn).get_columns("answers")}
+    finally:
+        engine.dispose()
+    assert "channel" not in columns
 
 
 def test_upgrade_downgrade_upgrade_round_trip(store_url: str) -> None:

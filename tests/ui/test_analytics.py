@@ -35,6 +35,7 @@ def _gaps(questions: list[str]) -> list[dict]:
             "abstained": i % 2 == 0,
             "feedback": None if i % 2 == 0 else "down",
             "feedback_reason": None if i % 2 == 0 else "did_not_answer",
+            "channel": "api" if i % 3 == 0 else "ui",
         }
         for i, q in enumerate(questions)
     ]
@@ -48,8 +49,21 @@ def test_gap_questions_group_by_topic_with_minilm(embedder) -> None:  # type: ig
     pets = next(t for t in topics if "dog" in t.terms)
     assert pets.abstained == 2 and pets.down_votes == 1 and pets.reasons == {"did_not_answer": 1}
     assert pets.label in QUESTIONS[0:3] and pets.examples[0] == pets.label
+    assert pets.channels == {"api": 1, "ui": 2}  # API questions count in the gaps, by channel
     frame = analytics.topics_frame(topics)
     assert list(frame["questions"]) == [3, 3, 2, 1]
+    assert "api 1, ui 2" in list(frame["channels"])
+
+
+def test_questions_by_channel_with_their_abstention_rate() -> None:
+    frame = analytics.channels_frame(
+        [
+            {"channel": "api", "questions": 4, "abstained": 1, "thumbs_up": 2, "thumbs_down": 0},
+            {"channel": "unrecorded", "questions": 0, "abstained": 0, "thumbs_up": 0, "thumbs_down": 0},
+        ]
+    )
+    assert list(frame["channel"]) == ["API (api)", "unrecorded"]
+    assert list(frame["abstention rate"]) == [0.25, 0.0]
 
 
 def test_repeated_questions_are_embedded_once_and_counted(embedder) -> None:  # type: ignore[no-untyped-def]
@@ -155,8 +169,11 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     metrics = {m.label: m.value for m in at.metric}
     assert int(metrics["Questions"]) >= 2
     assert metrics["Abstention rate"].endswith("%") and int(metrics[":material/thumb_down: Not helpful"]) >= 1
+    channels = next(d.value for d in at.dataframe if "channel" in d.value.columns)
+    assert int(channels.set_index("channel").loc["chat page (ui)", "questions"]) >= 4  # the chat page's own
     topics = next(d.value for d in at.dataframe if "topic" in d.value.columns)
     assert "How many days does a customer have to return an item?" in " ".join(topics["examples"])
+    assert "ui " in " ".join(topics["channels"])
     assert topics["questions"].sum() >= 2
     labels = {b.proto.label for b in at.get("download_button")}
     assert {"Daily figures (CSV)", "Topics (CSV)", "Every such question (CSV)", "Documents (CSV)"} <= labels

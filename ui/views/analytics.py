@@ -1,7 +1,8 @@
 """Analytics (admins only): how the bot is used and where the policies leave people without an answer.
 
-Questions per day, abstention and failed-citation rates, feedback; the abstained and down-voted questions
-grouped by topic (their embeddings clustered, see ui/analytics.py) with counts and examples; apart from them,
+Questions per day and by channel (chat page, `rag ask`, API), abstention and failed-citation rates, feedback; the
+abstained and down-voted questions grouped by topic (their embeddings clustered, see ui/analytics.py) with counts,
+channels and examples; apart from them,
 the abstentions a restricted document would have answered (refused for access); the documents cited most and
 never, told apart by file and validity; each table downloadable as CSV. Traces quote restricted documents, so
 only the admin group (``RAG_ADMIN_GROUP``) may open this page. Questions are shown as text: tables, ``st.text``
@@ -45,10 +46,8 @@ def _csv(frame: pd.DataFrame, label: str, name: str, key: str) -> None:
 @st.cache_data(show_spinner="Grouping questions by topic\u2026", max_entries=16)
 def _topics(rows: tuple[tuple[Any, ...], ...], model_key: str, _embedder: Any) -> list[analytics.Topic]:
     """Topics for these gap rows (cached per rows and embedding model: embedding is the slow part)."""
-    gaps = [
-        dict(zip(("trace_id", "question", "abstained", "feedback", "feedback_reason"), r, strict=True))
-        for r in rows
-    ]
+    keys = ("trace_id", "question", "abstained", "feedback", "feedback_reason", "channel")
+    gaps = [dict(zip(keys, r, strict=True)) for r in rows]
     return analytics.group_gaps(gaps, _embedder.embed_queries)
 
 
@@ -84,6 +83,20 @@ def _per_day(days: list[dict[str, Any]]) -> None:
         else:  # one day is one point: a line chart would draw nothing
             st.bar_chart(rates, stack=False, height=240)
     _csv(frame, "Daily figures (CSV)", "daily.csv", "analytics_csv_daily")
+
+
+def _channels(store: Any, since: date | None, until: date | None) -> None:
+    """Where the questions came from: the chat page, `rag ask`, the API (chat tools and bots)."""
+    frame = analytics.channels_frame(store.analytics.channel_stats(since, until))
+    if frame.empty:
+        return
+    st.markdown("**Questions by channel**")
+    st.dataframe(
+        frame,
+        hide_index=True,
+        key="analytics_channels",
+        column_config={"abstention rate": st.column_config.NumberColumn(format="percent")},
+    )
 
 
 def _feedback(store: Any, since: date | None, until: date | None) -> None:
@@ -179,6 +192,7 @@ def _gaps(
             [
                 "created_at",
                 "user",
+                "channel",
                 "question",
                 "kind",
                 "abstained",
@@ -193,7 +207,8 @@ def _gaps(
 
 def _topics_section(settings: Any, gaps: list[dict[str, Any]]) -> None:
     rows = tuple(
-        (g["trace_id"], g["question"], g["abstained"], g["feedback"], g["feedback_reason"]) for g in gaps
+        (g["trace_id"], g["question"], g["abstained"], g["feedback"], g["feedback_reason"], g.get("channel"))
+        for g in gaps
     )
     try:
         embedder = services.get_pipeline(settings).embedder
@@ -302,6 +317,7 @@ def render() -> None:
         st.info("No questions in this period yet.", icon=":material/info:")
         return
     _per_day(days)
+    _channels(store, since, until)
     try:
         documents = services.get_reader(settings).documents()
     except Exception as exc:

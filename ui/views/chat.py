@@ -18,7 +18,7 @@ from rag.errors import StorageError
 from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
 from rag.types import Principal
-from ui import cited_sources, components, first_screen, services, sources, trace_view
+from ui import answer_text, cited_sources, components, first_screen, services, sources, trace_view
 from ui.feedback import feedback_widget
 
 MESSAGES = "chat_messages"  # list of {"role", "content", "trace"?, "notice"?}
@@ -36,38 +36,31 @@ def _messages() -> list[dict[str, Any]]:
 
 
 def _plain_refusal(trace: dict[str, Any], contact: str) -> str:
-    """What an employee reads under a refusal: where to ask instead, and no scores. The answer above it already
-    says that it cannot answer, so this does not say it again."""
-    return (
-        f"You can ask {contact}, or rephrase the question with the policy's own words (for example the name "
-        "of a form, a role or a place)."
-    )
+    """What an employee reads under a refusal (``answer_text.refusal_advice``: the API says it too)."""
+    return answer_text.refusal_advice(contact)
 
 
 def _contact(trace: dict[str, Any], principal: Principal) -> str:
     """A contact from the metadata of the documents this answer looked at, else the configured default."""
     settings = services.get_settings()
-    doc_ids = [
-        str(e.get("doc_id")) for e in [*(trace.get("evidence") or []), *(trace.get("candidates") or [])]
-    ]
     try:
         documents = services.get_reader(settings).documents()
     except Exception:
         documents = {}
-    return sources.contact_for(documents, principal, list(dict.fromkeys(doc_ids))) or settings.support_contact
+    return sources.contact_for(documents, principal, answer_text.looked_at(trace)) or settings.support_contact
 
 
 def _badges(trace: dict[str, Any]) -> str:
     """The answer's label (``components.badges_html``), a refusal in the words an employee reads."""
-    return components.badges_html(trace, abstained="No answer in your policies")
+    return components.badges_html(trace, abstained=answer_text.CHAT_ABSTAINED)
 
 
 def searched_as_html(trace: dict[str, Any]) -> str:
     """A follow-up's standalone form, as text ("Searched for: ..."), or nothing when it was not rewritten."""
-    standalone = trace.get("standalone") or {}
-    if not standalone.get("rewritten"):
+    searched = answer_text.searched_for(trace)
+    if searched is None:
         return ""
-    question = html.escape(str(standalone.get("question") or ""))
+    question = html.escape(searched)
     return f'<div class="searched-as" style="opacity:0.7;font-size:0.85em">Searched for: {question}</div>'
 
 
@@ -387,7 +380,9 @@ def handle(prompt: str, pipeline: Any, store: Any, principal: Principal, show_ho
         return
 
     facts = relevant_facts(prompt, store.memory.facts(principal.user)) if store is not None else []
-    question = Question(prompt, principal, session_id=session_id, history=tuple(history), facts=tuple(facts))
+    question = Question(
+        prompt, principal, session_id=session_id, history=tuple(history), facts=tuple(facts), channel="ui"
+    )
     with st.chat_message("assistant"):
         if notice:
             st.caption(notice)
