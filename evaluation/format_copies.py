@@ -149,11 +149,12 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*\n", re.DO
 _SHORTCODE_LINE = re.compile(r"^[ \t]*\{\{[<%].*?[%>]\}\}[ \t]*$\n?", re.MULTILINE)
 _SHORTCODE = re.compile(r"\{\{[<%].*?[%>]\}\}")
 _HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)|<img\b[^>]*>", re.IGNORECASE)
 
 
 def prepare_markdown(text: str) -> tuple[str, str | None]:
-    """A page's Markdown ready for pandoc, and its front-matter title: front matter, Hugo shortcodes and HTML
-    comments dropped (what the PDFs' renderer dropped too)."""
+    """A page's Markdown ready for pandoc, and its front-matter title: front matter, Hugo shortcodes, HTML comments
+    and images dropped (what the PDFs' renderer dropped too)."""
     title = None
     match = _FRONT_MATTER.match(text)
     if match:
@@ -162,7 +163,7 @@ def prepare_markdown(text: str) -> tuple[str, str | None]:
         text = text[match.end() :]
     text = _SHORTCODE_LINE.sub("", text)
     text = _SHORTCODE.sub("", text)
-    return _HTML_COMMENT.sub("", text), title
+    return _IMAGE.sub("", _HTML_COMMENT.sub("", text)), title
 
 
 def pandoc(markdown: str, to: str, target: Path | None = None, title: str | None = None) -> str:
