@@ -118,15 +118,15 @@ class ExtractedStore:
     def page(self, key: str, engine: str, number: int) -> RecognisedPage | None:
         return self.pages(key, engine, [number]).get(number)
 
+    def engines(self, key: str) -> list[str]:
+        """Every engine that recognised pages of ``key``."""
+        with self._lock:
+            rows = self._db().execute("SELECT DISTINCT engine FROM pages WHERE key = ?", (key,)).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
     def other_engines(self, key: str, engine: str) -> list[str]:
         """Engines other than ``engine`` that recognised pages of ``key`` before (a new engine's notice)."""
-        with self._lock:
-            rows = (
-                self._db()
-                .execute("SELECT DISTINCT engine FROM pages WHERE key = ? AND engine != ?", (key, engine))
-                .fetchall()
-            )
-        return sorted(str(r[0]) for r in rows)
+        return [e for e in self.engines(key) if e != engine]
 
     def put_page(self, key: str, engine: str, page: RecognisedPage) -> None:
         """Stored at once, page by page: an interrupted run loses at most the page it was reading."""
