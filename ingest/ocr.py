@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ class Recogniser:
         self._count = threading.Lock()
         self.done = 0
         self.total = 0
+        self.page_seconds: list[float] = []  # wall time of each page recognised this run (render + OCR)
 
     @property
     def enabled(self) -> bool:
@@ -153,6 +155,7 @@ class Recogniser:
 
         def one(n: int) -> None:
             with self._slots:
+                started = time.perf_counter()
                 try:
                     page = self._read_page(path, n)
                 except IngestFileError as exc:
@@ -160,7 +163,8 @@ class Recogniser:
                 else:
                     self.store.put_page(key, engine, page)
                     found[n] = page
-            self._tick()
+                seconds = time.perf_counter() - started
+            self._tick(seconds)
 
         if todo:
             with ThreadPoolExecutor(min(self.workers, len(todo))) as pool:
@@ -199,9 +203,10 @@ class Recogniser:
         if self.progress:
             self.progress(done, total)
 
-    def _tick(self) -> None:
+    def _tick(self, seconds: float) -> None:
         with self._count:
             self.done += 1
+            self.page_seconds.append(seconds)
             done, total = self.done, self.total
         if self.progress:
             self.progress(done, total)

@@ -139,6 +139,7 @@ BENCH_MODULES = {  # speed in benchmarks/, quality (retrieval, rerankers, the pe
     "lexical_cost": "benchmarks.lexical_cost",
     "trace_load": "benchmarks.trace_load",
     "api": "benchmarks.api",
+    "ocr": "benchmarks.ocr",
     "peer": "evaluation.peer",
 }
 BENCHMARKS = " | ".join(BENCH_MODULES)

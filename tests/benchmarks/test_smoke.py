@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from benchmarks import ingest as ingest_bench
 from benchmarks import query as query_bench
@@ -62,3 +65,21 @@ def test_rag_bench_lists_benchmarks_and_passes_help_through() -> None:
         assert name in listing.output
         assert importlib.util.find_spec(module) is not None, module
     assert CliRunner().invoke(app, ["bench", "no_such_bench"]).exit_code == 2
+
+
+def test_ocr_benchmark_reports_pages_and_the_cached_reingest(tmp_path: Path) -> None:
+    if shutil.which("tesseract") is None:
+        if os.environ.get("RAG_REQUIRE_OCR"):
+            pytest.fail("tesseract is not installed; RAG_REQUIRE_OCR=1 requires it (scripts/ocr.sh)")
+        pytest.skip("tesseract is not installed (bash scripts/setup.sh installs it: scripts/ocr.sh)")
+    from benchmarks import ocr as ocr_bench
+    from evaluation.format_copies import render_pages, scan_image, write_image_pdf
+    from tests.ingest.hostile import text_pdf
+
+    scans = tmp_path / "scans"
+    lines = [["Remote Work", "", "Staff may work remotely two days a week with their manager's approval."]]
+    write_image_pdf([scan_image(render_pages(text_pdf(lines))[0], skew=0.5)], scans / "remote.pdf")
+    result = ocr_bench.run([str(scans)], tmp_path / "data")
+    assert result["files"] == 1 and result["failed"] == 0 and result["ocr_pages"] == 1
+    assert result["ocr_page_p50_s"] is not None and not result["noop_read_anything"]
+    assert result["edited_ocr_pages"] == 0  # read again after the sidecar changed, from the OCR cache
