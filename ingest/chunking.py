@@ -28,7 +28,7 @@ from rag.types import Chunk, chunk_id_for
 
 # The chunking rules' version: bump it when they change, so the next ingestion re-chunks files whose bytes did
 # not change (their unchanged chunk texts are not embedded again: the embedding cache keys on the text).
-CHUNKER_VERSION = 4
+CHUNKER_VERSION = 5
 
 SECTION_SEP = " > "
 MAX_LABEL_CHARS = 120
@@ -187,6 +187,22 @@ def _table_rows(units: list[_Unit]) -> list[_Unit]:
     return rows[::-1]
 
 
+def _add_row(units: list[_Unit], row: _Unit) -> None:
+    """Append a table row; a row after a table's first row and its rule carries them as its header."""
+    table = _table_rows(units)
+    if len(table) == 1 and _MD_TABLE_RULE.match(row.text):  # the rule under the first row: a header
+        table[0].header = "-"
+    elif len(table) >= 2 and table[0].header == "-":
+        row.header = table[0].text + "\n" + table[1].text
+    units.append(row)
+
+
+def _finish_tables(units: list[_Unit]) -> None:
+    for unit in units:
+        if unit.header == "-":  # the marker of a table's header row, not a header to repeat
+            unit.header = ""
+
+
 def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
     text = "\n".join(p.text for p in pages)
     units: list[_Unit] = []
@@ -243,13 +259,7 @@ def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
             continue
         if _MD_ROW.match(line):
             flush()
-            row = start("row", line)
-            table = _table_rows(units)
-            if len(table) == 1 and _MD_TABLE_RULE.match(line):  # the rule under the first row: a header
-                table[0].header = "-"
-            elif len(table) >= 2 and table[0].header == "-":
-                row.header = table[0].text + "\n" + table[1].text
-            units.append(row)
+            _add_row(units, start("row", line))
             continue
         if _MD_ITEM.match(line):
             flush()
@@ -261,9 +271,7 @@ def markdown_units(pages: Sequence[PageText]) -> list[_Unit]:
             flush()
             current = start("para", line)
     flush()
-    for unit in units:
-        if unit.header == "-":  # the marker of a table's header row, not a header to repeat
-            unit.header = ""
+    _finish_tables(units)
     return [u for u in units if u.kind != "heading" or u.label]
 
 
@@ -365,6 +373,11 @@ def plain_units(pages: Sequence[PageText]) -> list[_Unit]:
                 flush()
                 blank_before = True
                 continue
+            if _is_row(line):  # a ruled table's row, as ``ingest.pdf.with_ruled_tables`` writes it
+                flush()
+                _add_row(units, _Unit(line, "row", page.number, page.number, blank_before or first_on_page))
+                blank_before, last_short = False, True
+                continue
             short = len(line) < SHORT_LINE * width
             continues = current is not None and _joins(current, line, last_short, first_on_page)
             level = heading_level(line)
@@ -395,7 +408,12 @@ def plain_units(pages: Sequence[PageText]) -> list[_Unit]:
                 blank_before = False
             last_short = short
     flush()
+    _finish_tables(units)
     return _resolve_levels(_demote_heading_lists(units))
+
+
+def _is_row(line: str) -> bool:
+    return len(line) > 2 and line.startswith("|") and line.endswith("|")
 
 
 def _resolve_levels(units: list[_Unit]) -> list[_Unit]:
@@ -724,6 +742,8 @@ def _cut_cost(before: _Piece, after: _Piece) -> float:
         cost += COST_AFTER_QUESTION  # a question standing as its own paragraph or line: an FAQ's
     if before.kind in ("row", "line") and after.kind in ("row", "line"):
         cost += COST_TABLE_ROW
+    if after.kind == "row" and _MD_TABLE_RULE.match(after.text):
+        cost += COST_MID_SENTENCE  # a header row stays with the rule under it (then every later chunk repeats both)
     if before.kind == "item" and after.kind == "item":
         cost += COST_LIST_ITEM
     if after.kind in ("para", "line") and after.text[:1].islower():

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
 MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
 MIN_PAGE_TEXT = 50  # a page with an image and fewer letters and digits than this is a scan: OCR reads it
-SANDBOX_PRELOAD = ("pypdf",)  # imported once by the fork server (``ingest.sandbox``), not by each child
+SANDBOX_PRELOAD = ("pypdf", "pdfplumber")  # imported once by the fork server (``ingest.sandbox``), not each child
 EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
 
 
@@ -291,6 +291,7 @@ def read_pdf(path: Path, max_pages: int) -> PdfText:
         if n_pages == 0:
             raise IngestFileError("corrupt", "the PDF has no pages (damaged page tree?).", hint=_CORRUPT_HINT)
         raw = [_page_text(page) for page in reader.pages]
+        raw = with_ruled_tables(path, raw)
         # a page with an image and (almost) no text is a scan, or a scanned page inside a born-digital PDF
         needs_ocr = tuple(
             i + 1
@@ -387,6 +388,81 @@ def _page_text(page: Any) -> str:
         return str(page.extract_text())
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Tables: a ruled table's rows as Markdown rows under their header, so chunking keeps a row with its header.
+
+_CELL_GAP = re.compile(r"(?<=\S) {3,}(?=\S)")  # layout text puts 3+ spaces between a table's columns
+
+
+def looks_tabular(text: str, rows: int = 3, wrapped: int = 3) -> bool:
+    """Whether layout text holds ``rows`` lines whose cells start at the same columns (2 or more shared column
+    starts), with at most ``wrapped`` lines between two of them (a cell's wrapped words on lines of their own):
+    the cheap test that decides which pages are searched for ruled tables."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    starts = [{m.end() for m in _CELL_GAP.finditer(line)} for line in lines]
+    for i, first in enumerate(starts):
+        if len(first) < 2:
+            continue
+        columns, run, gap = first, 1, 0
+        for later in starts[i + 1 :]:
+            shared = {c for c in columns if any(abs(c - s) <= 1 for s in later)}
+            if len(shared) >= 2:
+                columns, run, gap = shared, run + 1, 0
+                if run >= rows:
+                    return True
+            else:
+                gap += 1
+                if gap > wrapped:
+                    break
+    return False
+
+
+def with_ruled_tables(path: Path, pages: list[str]) -> list[str]:
+    """``pages`` with each page that holds a ruled table (found by pdfplumber, on pages ``looks_tabular``)
+    re-read as bands: the text above, the table as Markdown rows (header row first, then a rule, a line per
+    row, wrapped cells joined), the text below. Other pages, and any page pdfplumber cannot read, unchanged."""
+    wanted = [i for i, text in enumerate(pages) if looks_tabular(text)]
+    if not wanted:
+        return pages
+    out = list(pages)
+    try:
+        import pdfplumber
+
+        with pdfplumber.open(str(path)) as pdf:
+            for i in wanted:
+                banded = _banded_page(pdf.pages[i])
+                if banded is not None:
+                    out[i] = banded
+    except Exception:  # a table finder's failure never costs the page its text layer
+        return out
+    return out
+
+
+def _banded_page(page: Any) -> str | None:
+    tables = sorted(
+        (t for t in page.find_tables() if len(t.rows) >= 2 and len(t.rows[0].cells) >= 2),
+        key=lambda t: t.bbox[1],
+    )
+    if not tables:
+        return None
+    parts: list[str] = []
+    top = 0.0
+    for table in tables:
+        x0, t_top, x1, t_bottom = table.bbox
+        if t_top > top + 1:
+            parts.append(page.crop((0, top, page.width, t_top)).extract_text(layout=True))
+        rows = [[" ".join(str(cell or "").split()) for cell in row] for row in table.extract()]
+        rows = [row for row in rows if any(row)]
+        if len(rows) >= 2:
+            lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+            lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+            parts.append("\n" + "\n".join(lines) + "\n")
+        top = max(top, t_bottom)
+    if top < page.height - 1:
+        parts.append(page.crop((0, top, page.width, page.height)).extract_text(layout=True))
+    return "\n".join(parts)
+
+
 _BAD_TITLE = re.compile(
     r"^(untitled|document\d*|microsoft word\b.*|slide \d+|\s*)$|\.(docx?|pdf|rtf|odt|pptx?)$", re.I
 )
@@ -430,6 +506,13 @@ def _normalize_chars(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ").replace("\f", "\n")
 
 
+def _is_table_row(line: str) -> bool:
+    """A Markdown row of a ruled table (``with_ruled_tables``): a table's header repeated on every page is not a
+    running header."""
+    text = line.strip()
+    return len(text) > 1 and text.startswith("|") and text.endswith("|")
+
+
 def _line_key(line: str) -> str:
     """Compare lines across pages ignoring spacing, case and numbers ("Page 3 of 12" ~ "Page 4 of 12")."""
     return re.sub(r"\d+", "#", re.sub(r"\s+", "", line).lower())
@@ -447,7 +530,7 @@ def remove_running_lines(pages: list[list[str]]) -> list[list[str]]:
     seen: Counter[str] = Counter()
     for page in pages:
         filled = [i for i, line in enumerate(page) if line.strip()]
-        window = filled[:EDGE_LINES] + filled[-EDGE_LINES:]
+        window = [i for i in filled[:EDGE_LINES] + filled[-EDGE_LINES:] if not _is_table_row(page[i])]
         keys = {i: _line_key(page[i]) for i in window}
         edges.append(keys)
         seen.update(set(keys.values()))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.pdf import clean_pdf_pages, extract_pdf, remove_running_lines, repair_line
+from ingest.pdf import clean_pdf_pages, extract_pdf, looks_tabular, remove_running_lines, repair_line
 from rag.config import Settings
 from rag.errors import IngestFileError
 from tests.ingest.hostile import (
@@ -334,3 +334,51 @@ def test_raw_pdf_helper_is_valid(tmp_path: Path) -> None:
     with pytest.raises(IngestFileError) as caught:
         extract_pdf(path, LIMITS)
     assert caught.value.reason == "corrupt"
+
+
+SETTINGS_SMALL = Settings(chunk_target_tokens=80, chunk_max_tokens=120, chunk_min_tokens=10)
+
+
+def ruled_table_pdf(rows: int) -> bytes:
+    """A born-digital PDF: a paragraph, then a ruled table long enough to run over several chunks."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="letter")
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=10)
+    pdf.multi_cell(
+        0, 5, "Meal allowances. The daily allowance depends on the city; receipts are required above $25."
+    )
+    pdf.ln(4)
+    with pdf.table(col_widths=(60, 40, 60)) as table:
+        for cells in [("City", "Daily allowance", "Notes")] + [
+            (f"City number {i}", f"${40 + i} a day", "hotel breakfast counts as a meal") for i in range(rows)
+        ]:
+            row = table.row()
+            for text in cells:
+                row.cell(text)
+    return bytes(pdf.output())
+
+
+def test_looks_tabular_finds_aligned_columns_not_prose() -> None:
+    table = "City        Allowance      Notes\nParis       $70            breakfast\n\nLyon        $55            none\n"
+    prose = "This paragraph has ordinary text.\nIt wraps   over a few lines   but has no columns.\nThe end."
+    assert looks_tabular(table) and not looks_tabular(prose)
+
+
+def test_a_ruled_table_becomes_rows_whose_header_every_chunk_repeats(tmp_path: Path) -> None:
+    from ingest.chunking import chunk_document
+    from ingest.sources import load_file
+
+    path = tmp_path / "allowances.pdf"
+    path.write_bytes(ruled_table_pdf(rows=45))
+    [doc] = load_file(path, Settings(pdf_timeout_s=60))
+    text = "\n".join(p.text for p in doc.pages)
+    assert "| City | Daily allowance | Notes |" in text
+    assert "| City number 7 | $47 a day | hotel breakfast counts as a meal |" in text
+    assert "receipts are required above $25" in text  # the text around the table is kept
+    chunks = [c for c in chunk_document(doc, SETTINGS_SMALL) if "City number" in c.text]
+    assert len(chunks) >= 3
+    assert all(c.text.count("| City | Daily allowance | Notes |") == 1 for c in chunks)
+    rows = [line for c in chunks for line in c.text.splitlines() if line.startswith("| City number")]
+    assert len(rows) == len(set(rows)) == 45
