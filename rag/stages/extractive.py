@@ -641,13 +641,24 @@ def _dangling(
     return not any((t.n, s.n) in continues for t in sents)
 
 
+HEADED = " \u2014 "  # between the heading an extractive point is shown under and its excerpt
+
+
+def shown_sentence(claim: str) -> str:
+    """A claim of an extractive answer without the heading its point is shown under ("General principles \u2014
+    Personal costs are ..." -> "Personal costs are ..."): the evidence sentence it quotes, whose vector the index
+    holds, so the checks need not embed it again. Other text is returned as it is."""
+    head, sep, rest = claim.partition(HEADED)
+    return rest if sep and head and len(head.split()) <= _HEADING_WORDS + 1 else claim
+
+
 def _compose(points: Sequence[Excerpt], uncovered: Sequence[Intent]) -> str:
     if not points:
         return NO_ANSWER
     # one line per point: its heading, its sentences (a sentence that spans lines in its passage, a list item or a
     # table cell, joined), its [n]: no answer line is left without its [n]
     lines = [
-        f"{ex.heading} \u2014 {ex.text} [{ex.n}]" if ex.heading else f"{ex.text} [{ex.n}]" for ex in points
+        f"{ex.heading}{HEADED}{ex.text} [{ex.n}]" if ex.heading else f"{ex.text} [{ex.n}]" for ex in points
     ]
     if uncovered:
         missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
