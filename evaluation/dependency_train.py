@@ -12,6 +12,10 @@ fixed seed; ``answer``, every sentence the extractive answers of the policy suit
 sentence or heading before it (the answers of ``main`` at the start of issue 54). Test-split questions and answers
 are never read.
 
+``validation.jsonl`` beside the labels holds, labelled the same way and never trained on, every sentence the
+extractive answers of the branch that shipped the model (issue 54) showed on the same tune questions without the
+sentence or heading before it: what the answer-text check (``evaluation.graders.cut_dependencies``) was validated on.
+
 ``train`` reports each corpus held out (trained on the other four, both sources): precision, recall and accuracy at
 the bar, per source, and picks the bar: the highest whose held-out recall on the answer pairs reaches ``RECALL`` (a
 missed dependency shows a sentence cut from its meaning; a false one costs a sentence of length). ``--write`` fits on every label and writes the model.
