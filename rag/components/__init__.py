@@ -27,7 +27,8 @@ from rag.config import Settings
 from rag.request import Stage
 
 # An ablation (settings ``ablate``, rag/config.py ABLATIONS) either removes a stage, by the stage's name, or
-# switches off a check inside one (intents, bundling, adjacent, followup: see build_stages).
+# switches off a check inside one (intents, bundling, adjacent, followup, followup_topic; excerpts, the models' own:
+# see build_stages and rag/pipeline.py).
 REMOVES_STAGE = {"answer_types": "answer_type", "reader": "read"}
 
 
