@@ -404,9 +404,8 @@ def extractive_answer(
             continue
         if not any(_near_duplicate(sents[i], sents[j]) for j in taken):
             chosen[pos].append(i)
-    keys: dict[
-        int, tuple[set[int], float]
-    ] = {}  # chosen sentence -> (the intents it answers, its best score)
+    # chosen sentence -> (the intents it answers, its best score)
+    keys: dict[int, tuple[set[int], float]] = {}
     for pos, ids in chosen.items():
         for i in ids:
             answers, best = keys.setdefault(i, (set(), -math.inf))
