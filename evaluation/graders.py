@@ -453,6 +453,8 @@ ANSWER_TEXT_FAULTS = (
     "mislabelled_partial",  # labelled "partial" with every part answered, or a part unanswered and not so labelled
     "leading_back_reference",  # the answer opens with a sentence that points back ("However", "This") at nothing
     "unplain_reason",  # an abstention reason that does not read as plain English
+    "cut_dependency",  # a shown sentence depends on a sentence or heading before it in its passage that is not shown
+    "unaccounted_part",  # a part of a compound question neither answered nor named as not found
 )
 # A unit that is measured, not counted: "a number of amounts" is not English.
 _UNCOUNTED = re.compile(
@@ -523,4 +525,110 @@ def answer_text_faults(result: dict) -> dict[str, bool]:
         faults["mislabelled_partial"] = unanswered
     first = next((s for line in _claim_lines(answer) for s in split_sentences(line)), "")
     faults["leading_back_reference"] = bool(first) and opens_with_reference(first)
+    faults["cut_dependency"] = bool(cut_dependencies(result))
+    faults["unaccounted_part"] = bool(unaccounted_parts(result))
     return faults
+
+
+def repeats_previous(previous: str, result: dict) -> bool:
+    """A follow-up's answer that quotes nothing the previous answer (``previous``, its text) did not quote already:
+    every sentence that carried the choice (``excerpts[].key``; for an answer without excerpts, every answer line)
+    lies in the previous answer."""
+    if result.get("abstained"):
+        return False
+    said = norm(previous)
+    quoted = [k for x in result.get("excerpts") or [] for k in x.get("key", [])]
+    if not quoted:
+        quoted = [
+            re.sub(r"\[\s*\d+[^\]]*\]", " ", line) for line in _claim_lines(str(result.get("answer") or ""))
+        ]
+    return bool(quoted) and bool(said) and all(norm(q) in said for q in quoted)
+
+
+def answer_words(result: dict) -> int:
+    """The words an answer shows: its text without its Sources line and its [n] markers (0 when it abstains)."""
+    from rag.stages.citations import is_sources_line
+
+    if result.get("abstained"):
+        return 0
+    lines = [line for line in str(result.get("answer") or "").splitlines() if not is_sources_line(line)]
+    return len(re.sub(r"\[\s*\d+[^\]]*\]", " ", " ".join(lines)).split())
+
+
+def unaccounted_parts(result: dict) -> list[str]:
+    """The parts of a compound question (two intents or more) that a non-abstained answer neither answers (an
+    excerpt answers it, ``excerpts[].intents``, or the answer check finds a sentence addressing it) nor names as
+    not found ("I could not find anything about ...")."""
+    intents = [i for i in result.get("intents") or [] if isinstance(i, dict)]
+    if result.get("abstained") or len(intents) < 2:
+        return []
+    answered = {int(i) for x in result.get("excerpts") or [] for i in x.get("intents", [])}
+    checks = (result.get("answer_check") or {}).get("intents") or []
+    answered |= {int(c.get("index", -1)) for c in checks if c.get("addressed")}
+    named = {int(i.get("index", 0)) for i in _named_in_note(str(result.get("answer") or ""), intents)}
+    return [str(i.get("text", "")) for i in intents if int(i.get("index", 0)) not in answered | named]
+
+
+def cut_dependencies(result: dict, model: object = None) -> list[dict[str, str]]:
+    """The sentences an answer shows whose meaning depends on the sentence or heading before them in their passage
+    when the answer does not show that one too: ``[{"n", "sentence", "before"}]``.
+
+    A sentence is shown when its words (the reference grader's normalisation) lie in an answer line citing its
+    passage; the sentence before it is shown when its words lie anywhere in the answer, a heading when its first
+    words do. Whether the meaning depends on it is the sentence-dependency model's verdict
+    (``rag.stages.excerpts.DependencyModel``, validated against hand labels: docs/reader.md). Table rows are read
+    with their table's header, and are not checked."""
+    from rag.stages.citations import cited_ids
+    from rag.stages.excerpts import DependencyModel
+    from rag.stages.extractive import evidence_sentences, strip_numbering
+    from rag.types import Candidate, Chunk, Evidence
+
+    if result.get("abstained"):
+        return []
+    dependency = model if isinstance(model, DependencyModel) else DependencyModel.load()
+    answer = str(result.get("answer") or "")
+    said = norm(answer)
+    passages = {int(e["n"]): e for e in result.get("evidence") or [] if "n" in e}
+    out: list[dict[str, str]] = []
+    for line in _claim_lines(answer):
+        shown = norm(line)
+        for n in cited_ids(line):
+            e = passages.get(n)
+            if e is None:
+                continue
+            chunk = Chunk(
+                str(e.get("chunk_id", "")),
+                str(e.get("doc_id", "")),
+                str(e.get("text") or ""),
+                "",
+                str(e.get("title") or ""),
+                str(e.get("section") or ""),
+                None,
+                None,
+                0,
+                None,
+                None,
+                (),
+                None,
+                None,
+                (),
+                "",
+                0,
+            )
+            for s in evidence_sentences([Evidence(n, Candidate(chunk), 0)]):
+                own = norm(s.text)
+                if s.table is not None or not s.before or not own or own not in shown:
+                    continue
+                if s.after_heading:
+                    head = " ".join(norm(strip_numbering(s.before)).split()[:5])
+                    if head and head in shown:
+                        continue
+                    depends = dependency.depends(s.before, s.text, kind="heading")
+                else:
+                    before = norm(s.before)
+                    if before and before in said:
+                        continue
+                    depends = dependency.depends(s.before, s.text)
+                if depends:
+                    out.append({"n": str(n), "sentence": s.text, "before": s.before})
+    return out

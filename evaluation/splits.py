@@ -28,7 +28,9 @@ SEED = "rag-suite-split-2026-12-01"
 SPLITS = ("tune", "test")
 SPLITS_PATH = Path(__file__).parent / "suites" / "splits.json"
 FOLLOWUPS_PATH = SPLITS_PATH.parent / "followups.jsonl"  # (first question, follow-up) pairs over every corpus
-STRATA = {"hotpotqa": "bridge/comparison", "followup": "corpus"}
+# (first question, near-miss follow-up) pairs: the follow-up asks what the corpus does not say
+NEAR_MISS_FOLLOWUPS_PATH = SPLITS_PATH.parent / "followups_near_miss.jsonl"
+STRATA = {"hotpotqa": "bridge/comparison", "followup": "corpus", "followup_near_miss": "corpus"}
 
 
 def _norm(text: str) -> str:
@@ -86,7 +88,7 @@ def build(sources: dict[str, list[Path]], scifact_qrels: Path | None = None) -> 
         records = [r for path in paths for r in _jsonl(path)]
         if name == "hotpotqa":
             items = [(str(r["question_id"]), hotpot_kind(r)) for r in records]
-        elif name == "followup":
+        elif name in ("followup", "followup_near_miss"):
             items = [(str(r["id"]), str(r["corpus"])) for r in records]
         else:
             items = [(str(r["id"]), str(r.get("type", "single"))) for r in records]
@@ -152,6 +154,8 @@ def default_sources(shared: Path) -> dict[str, list[Path]]:
             sources[f"near_miss_{name}"] = [here / f"{name}.jsonl"]
     if FOLLOWUPS_PATH.is_file():
         sources["followup"] = [FOLLOWUPS_PATH]
+    if NEAR_MISS_FOLLOWUPS_PATH.is_file():
+        sources["followup_near_miss"] = [NEAR_MISS_FOLLOWUPS_PATH]
     return sources
 
 

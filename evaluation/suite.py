@@ -49,7 +49,13 @@ from evaluation.datasets import (
     read_jsonl,
 )
 from evaluation.graders import covered
-from evaluation.splits import FOLLOWUPS_PATH, SPLITS_PATH, hotpot_kind, split_ids
+from evaluation.splits import (
+    FOLLOWUPS_PATH,
+    NEAR_MISS_FOLLOWUPS_PATH,
+    SPLITS_PATH,
+    hotpot_kind,
+    split_ids,
+)
 from evaluation.stats import wilson_interval
 from rag.errors import ConfigurationError
 
@@ -202,12 +208,23 @@ class FollowupPair:
     followup: EvalQuestion
     standalone: EvalQuestion
 
+    @property
+    def near_miss(self) -> bool:
+        """The follow-up asks what the corpus does not say (``followups_near_miss.jsonl``): it should abstain."""
+        return self.followup.type == "unanswerable"
+
 
 def load_followups(path: Path = FOLLOWUPS_PATH) -> list[FollowupPair]:
     pairs = []
     for line, r in read_jsonl(path):
         asker: dict[str, Any] = {k: r[k] for k in ("user", "groups", "as_of", "tags") if k in r}
-        gold: dict[str, Any] = {"answer": r.get("answer"), "evidence": r.get("evidence") or [], **asker}
+        kind = {"type": r["type"]} if r.get("type") else {}
+        gold: dict[str, Any] = {
+            "answer": r.get("answer"),
+            "evidence": r.get("evidence") or [],
+            **kind,
+            **asker,
+        }
         first: dict[str, Any] = {"evidence": r.get("first_evidence") or [], **asker}
         pairs.append(
             FollowupPair(
@@ -224,8 +241,13 @@ def load_followups(path: Path = FOLLOWUPS_PATH) -> list[FollowupPair]:
 
 
 def followup_pairs(split: str) -> list[FollowupPair]:
+    """The split's follow-up pairs, then its near-miss follow-up pairs."""
     keep = split_ids("followup", split)
-    return [p for p in load_followups() if p.id in keep]
+    pairs = [p for p in load_followups() if p.id in keep]
+    if NEAR_MISS_FOLLOWUPS_PATH.is_file():
+        near = split_ids("followup_near_miss", split)
+        pairs += [p for p in load_followups(NEAR_MISS_FOLLOWUPS_PATH) if p.id in near]
+    return pairs
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -256,6 +278,7 @@ def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
     """The grader's per-question facts (``grade_evidence.py``), plus answer accuracy and cost."""
     from evaluation.graders import (
         answer_text_faults,
+        answer_words,
         at_prompt_edge,
         best_gold_at_edge,
         first_covering,
@@ -282,6 +305,7 @@ def grade_policy(q: EvalQuestion, result: dict[str, Any]) -> dict[str, Any]:
         "invalid_citations": sum(1 for c in citations if not c.get("valid", False)),
         "evidence_tokens": (result.get("tokens") or {}).get("evidence", 0),
         "evidence_words": sum(len(t.split()) for t in texts),
+        "answer_words": answer_words(result),
         "ms": round(no_generator_ms(result), 3),
         "error": result.get("error"),
         **answer_text_faults(result),
@@ -355,10 +379,17 @@ def summarise_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "evidence_words_mean": round(statistics.fmean(r["evidence_words"] for r in answered), 1)
         if answered
         else 0.0,
+        # what the user reads: the answer's words (no Sources line, no markers) over the answerable questions it
+        # answered
+        "answer_words": _mean_of([r.get("answer_words", 0) for r in answerable if not r["abstained"]]),
         "ms_p50": percentile([r["ms"] for r in rows], 50),
         "ms_p95": percentile([r["ms"] for r in rows], 95),
         "errors": sum(1 for r in rows if r["error"]),
     }
+
+
+def _mean_of(values: Sequence[float]) -> dict[str, Any]:
+    return {"mean": round(statistics.fmean(values), 1) if values else None, "n": len(values)}
 
 
 def answer_text_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -373,7 +404,11 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | None:
 
 
 def summarise_followups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The follow-ups against the same questions asked standalone (differences: follow-up minus standalone)."""
+    """The follow-ups against the same questions asked standalone (differences: follow-up minus standalone); the
+    near-miss follow-ups (their follow-up asks what the corpus does not say) apart: how often the follow-up, and the
+    same question asked standalone, abstain."""
+    near = [r for r in rows if r["followup"]["unanswerable"]]
+    rows = [r for r in rows if not r["followup"]["unanswerable"]]
     followup = summarise_policy([r["followup"] for r in rows])
     standalone = summarise_policy([r["standalone"] for r in rows])
     first = [r["first"] for r in rows if "all_gold" in r["first"]]
@@ -407,6 +442,14 @@ def summarise_followups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "first_all_gold": rate(sum(r["all_gold"] for r in first), len(first)),
         "rewritten": rate(sum(r["rewritten"] for r in rows), len(rows)),
         "by_corpus": by_corpus,
+        "near_miss": {
+            "pairs": len(near),
+            "first_answered": rate(sum(not r["first"]["abstained"] for r in near), len(near)),
+            "followup_abstained": rate(sum(r["followup"]["abstained"] for r in near), len(near)),
+            "standalone_abstained": rate(sum(r["standalone"]["abstained"] for r in near), len(near)),
+            # a near-miss follow-up that answers, quoting only what the first answer quoted already
+            "followup_repeats_first": sum(bool(r.get("repeats_first")) for r in near),
+        },
     }
 
 
@@ -435,6 +478,7 @@ def run_followups(
     """Each pair as the chat asks it: the first question, then the follow-up after it (the chat's history: the
     turns ``rag.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
     standalone question alone. One row per pair, each question graded by ``grade_policy``."""
+    from evaluation.graders import repeats_previous
     from evaluation.qa import as_asked, ask
     from rag.memory import select_history
 
@@ -458,6 +502,7 @@ def run_followups(
                 "followup": grade_policy(p.followup, followup),
                 "standalone": grade_policy(p.standalone, standalone),
                 "rewritten": bool(searched.get("rewritten")),
+                "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
                 "searched_as": searched.get("question"),
                 "rewrite_method": searched.get("method"),
             }
@@ -697,6 +742,7 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     "answer_accuracy": s["answer_accuracy"],
                     "invalid_citations": s["invalid_citations"],
                     "evidence_tokens_mean": s["evidence_tokens_mean"],
+                    "answer_words": s["answer_words"],
                     "ms_p50": s["ms_p50"],
                     "answer_text": s["answer_text"],
                 }
@@ -727,6 +773,7 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                     )
                 },
                 "invalid_citations": sum(s["invalid_citations"] for s in policy),
+                "answer_words": _pooled_mean([s["answer_words"] for s in policy]),
                 "answer_text": _summed([s["answer_text"] for s in policy]),
             }
         )
@@ -743,6 +790,8 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
                 "standalone_answer_any_gold": f["standalone"]["answer_any_gold"],
                 "followup_best_gold_at_edge": f["followup"]["best_gold_at_edge"],
                 "rewritten": f["rewritten"],
+                "near_miss_followup_abstained": f["near_miss"]["followup_abstained"],
+                "near_miss_standalone_abstained": f["near_miss"]["standalone_abstained"],
             }
         )
     if "hotpotqa" in suites:
@@ -768,6 +817,12 @@ def combined(suites: dict[str, Any]) -> list[dict[str, Any]]:
     if counted:
         rows.append({"suite": "answer text (every answer)", "answer_text": _summed(counted)})
     return rows
+
+
+def _pooled_mean(means: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    n = sum(m["n"] for m in means)
+    total = sum(m["mean"] * m["n"] for m in means if m["mean"] is not None)
+    return {"mean": round(total / n, 1) if n else None, "n": n}
 
 
 def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:

@@ -20,7 +20,16 @@ PackingStrategy = Literal["edges", "best_first", "best_last", "document_order", 
 
 
 # Mechanisms `ablate` can switch off (hops: max_hops=0; near-duplicate removal: dedup_threshold above 1).
-ABLATIONS = ("intents", "answer_types", "bundling", "adjacent", "reader", "followup")
+ABLATIONS = (
+    "intents",
+    "answer_types",
+    "bundling",
+    "adjacent",
+    "reader",
+    "followup",
+    "excerpts",
+    "followup_topic",
+)
 
 
 def default_model_cache() -> Path:

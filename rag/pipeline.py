@@ -25,6 +25,7 @@ from rag.protocols import LLM, Reranker, TraceSink
 from rag.qdrant_server import open_index_reader
 from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
 from rag.stages.claims import ClaimCheck, verified
+from rag.stages.excerpts import DependencyModel
 from rag.stages.followup import Standalone
 from rag.stages.reading import ReaderModel, VectorLookup
 from rag.text import count_tokens
@@ -34,6 +35,7 @@ from rag.types import (
     Citation,
     Dropped,
     Evidence,
+    Excerpt,
     Generated,
     Intent,
     Prompt,
@@ -76,6 +78,9 @@ class Result:
     claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)
     verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
     standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/followup.py)
+    excerpts: Sequence[
+        Excerpt
+    ] = ()  # what an extractive answer shows, point by point (rag/stages/extractive.py)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def __post_init__(self) -> None:
@@ -175,6 +180,20 @@ class Result:
             )
             if q.api_key is not None
             else None,
+            excerpts=[
+                ts.Excerpt(
+                    n=x.n,
+                    chunk_id=x.chunk_id,
+                    heading=x.heading,
+                    start=x.span[0],
+                    end=x.span[1],
+                    sentences=list(x.sentences),
+                    key=list(x.key),
+                    intents=list(x.intents),
+                    score=x.score,
+                )
+                for x in self.excerpts
+            ],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -192,6 +211,7 @@ _RESULT_SEQUENCES = (
     "stages",
     "hops",
     "claims",
+    "excerpts",
 )
 
 
@@ -272,7 +292,14 @@ class Pipeline:
         ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
         cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
         self.models = Models(
-            reader, embedder, reranker, reader_model, cross_encoder, reading_encoder, reading_model
+            reader,
+            embedder,
+            reranker,
+            reader_model,
+            cross_encoder,
+            reading_encoder,
+            reading_model,
+            dependency_model=None if "excerpts" in settings.ablated else DependencyModel.load(),
         )
         self.queries = QueryVectors(self.models)
         self.scoring = Scoring(self.models, self.queries)
@@ -328,6 +355,7 @@ class Pipeline:
             answer_check=state.answer_check,
             claims=state.claims,
             verification=state.verification,
+            excerpts=state.excerpts,
             budgets={
                 "evidence_k": plan.evidence_k,
                 "evidence_token_budget": plan.token_budget,

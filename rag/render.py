@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def evidence_table(trace: dict[str, Any]) -> Table:
@@ -28,11 +30,27 @@ def evidence_table(trace: dict[str, Any]) -> Table:
     return table
 
 
+def answer_text(trace: dict[str, Any]) -> Text:
+    """The answer as terminal text, never read as markup: in an extractive answer each excerpt's heading dimmed and
+    the sentences that carried the choice in bold (the rest of an excerpt is what their meaning depends on)."""
+    answer = str(trace.get("answer") or "")
+    text = Text(answer)
+    for x in trace.get("excerpts") or []:
+        heading = str(x.get("heading") or "")
+        if heading:
+            for m in re.finditer(rf"(?m)^{re.escape(heading)} \u2014 ", answer):
+                text.stylize("dim", m.start(), m.start() + len(heading))
+        for key in x.get("key") or []:
+            for m in re.finditer(re.escape(str(key)), answer):
+                text.stylize("bold", m.start(), m.end())
+    return text
+
+
 def print_result(trace: dict[str, Any], console: Console | None = None) -> None:
     out = console or Console()
     if trace.get("abstained"):
         out.print("[bold yellow]Abstained[/]")
-    out.print(trace["answer"], highlight=False)
+    out.print(answer_text(trace), highlight=False)
     bad = [c for c in trace["citations"] if not (c["valid"] and c["supported"])]
     if bad:
         out.print(

@@ -28,6 +28,7 @@ from rag.types import (
     Citation,
     Dropped,
     Evidence,
+    Excerpt,
     Generated,
     Intent,
     Principal,
@@ -152,6 +153,7 @@ class State:
     abstention: Abstention | None = None
     generated: Generated = Generated(text="", model="none")
     answer: str = ""
+    excerpts: tuple[Excerpt, ...] = ()  # an extractive answer's points (none for a model's answer)
     notice: str = ""  # what follows the generated text in the answer: the parts it leaves unanswered
     model_answer: bool = False  # the answer is a model's text (citation repair and claim repair apply)
     support: Callable[[str, str], float] | None = None  # how well a passage supports a claim

@@ -258,6 +258,25 @@ class ApiKeyUse(_Record):
     on_behalf: bool = Field(description="a trusted service key asked for the trace's user and groups")
 
 
+class Excerpt(_Record):
+    """One point of an extractive answer (rag/stages/extractive.py): a contiguous run of one passage's sentences,
+    shown under ``heading``; ``key`` are the sentences the reader chose, the others what their meaning depends on."""
+
+    n: int = Field(description="the passage's number in the prompt, as the point cites it")
+    chunk_id: str
+    heading: str = Field(description="the heading the excerpt is shown under")
+    start: int = Field(description="where the excerpt starts in the passage's text (character offset)")
+    end: int = Field(description="where it ends (exclusive)")
+    sentences: list[str] = Field(
+        description="its sentences as shown, in passage order; an ellipsis between two runs of the passage"
+    )
+    key: list[str] = Field(
+        description="the sentences that carried the choice (the reader's), shown highlighted"
+    )
+    intents: list[int] = Field(description="the intents (by index) it answers")
+    score: float = Field(description="the reader's best probability among its key sentences")
+
+
 class Stage(_Record):
     """What the runner recorded for one stage. ``detail`` belongs to the stage: free-form JSON."""
 
@@ -317,6 +336,11 @@ class Trace(_Record):
         "not recorded (evaluation runs, traces stored before channels were)",
     )
     api_key: ApiKeyUse | None = Field(default=None, description="the API key an 'api' question came with")
+    excerpts: list[Excerpt] = Field(
+        default=[],
+        description="the points of an extractive answer, in answer order: each passage excerpt, its boundaries and "
+        "the sentences that carried the choice (none for a model's answer, and before excerpts were traced)",
+    )
 
     def to_json(self, *, defaults: bool = False) -> dict[str, Any]:
         """The trace as JSON-able dicts, keys in schema order. Keys the trace did not carry (an older trace)

@@ -192,12 +192,34 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class Excerpt:
+    """One point of an extractive answer: a contiguous run of one passage's sentences (``sentences``, in passage
+    order, shown under ``heading``), the ones that carried the choice (``key``: the reader chose them, the others
+    are what their meaning depends on), the intents it answers and where it lies in the passage's text (``span``).
+    Two runs of one passage a few sentences apart are one excerpt whose ``sentences`` hold an ellipsis between."""
+
+    n: int
+    chunk_id: str
+    heading: str
+    sentences: tuple[str, ...]
+    key: tuple[str, ...]
+    intents: tuple[int, ...]
+    span: tuple[int, int]
+    score: float  # the best reader probability (or sentence score) of its key sentences
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+
+@dataclass(frozen=True)
 class Generated:
     text: str
     model: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    excerpts: tuple[Excerpt, ...] = ()  # what an extractive answer shows, point by point
 
 
 class Completes(Protocol):

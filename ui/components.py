@@ -53,6 +53,8 @@ CSS = """
 .rag-badge.fail { background: #ffe0e0; color: #b01c1c; }
 .rag-badge.ok { background: #dcf5e3; color: #1b7a3a; }
 .rag-badge.unconfirmed { background: #eceff3; color: #3d4a5c; }
+.rag-answer .rag-heading { color: #6b6d76; font-weight: 600; }
+.rag-answer mark.rag-key { background: rgba(255, 214, 10, .32); color: inherit; padding: 0 .1em; border-radius: .2em; }
 </style>
 """
 # Places a [n] preview inside the window when it shows (hover, focus, tap): below its citation, or above it when
@@ -182,11 +184,48 @@ def _tip_text(text: str) -> str:
     return "<br>".join(html.escape(line) for line in text.splitlines() if line.strip())
 
 
+def excerpt_marks(trace: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the headings the answer's excerpts are shown under, the sentences that carried the choice), from the trace's
+    ``excerpts`` (an extractive answer's points; none for a model's answer or an older trace)."""
+    excerpts = [x for x in trace.get("excerpts") or [] if isinstance(x, dict)]
+    headings = [str(x.get("heading") or "") for x in excerpts if x.get("heading")]
+    keys = [str(k) for x in excerpts for k in x.get("key") or [] if str(k).strip()]
+    return list(dict.fromkeys(headings)), list(dict.fromkeys(keys))
+
+
+def _marked(text: str, headings: Sequence[str], keys: Sequence[str]) -> str:
+    """``text`` escaped, with each key sentence in it highlighted and a line's leading "<heading> — " set apart.
+    Every piece is escaped on its own: a sentence or heading is never markup, whatever it holds."""
+    out: list[str] = []
+    for k, line in enumerate(text.split("\n")):
+        out.append("<br>" if k else "")
+        head = next((h for h in headings if line.startswith(f"{h} \u2014 ")), None)
+        if head is not None:
+            out.append(f'<span class="rag-heading">{html.escape(head)}</span> \u2014 ')
+            line = line[len(head) + 3 :]
+        spans = sorted(
+            {(m.start(), m.end()) for key in keys for m in re.finditer(re.escape(key), line)},
+            key=lambda span: (span[0], -span[1]),
+        )
+        at = 0
+        for start, end in spans:
+            if start < at:  # overlapping: the longer one, already marked, covers it
+                continue
+            out.append(html.escape(line[at:start]))
+            out.append(f'<mark class="rag-key">{html.escape(line[start:end])}</mark>')
+            at = end
+        out.append(html.escape(line[at:]))
+    return "".join(out)
+
+
 def answer_html(trace: dict[str, Any]) -> str:
-    """The answer as HTML: text escaped, each [n] a hover/click tooltip with the cited passage."""
+    """The answer as HTML: text escaped, each [n] a hover/click tooltip with the cited passage; in an extractive
+    answer, each excerpt's heading set apart and the sentences that carried the choice highlighted (the rest of
+    the excerpt is what their meaning depends on)."""
     answer = str(trace.get("answer") or "")
     ev = evidence_by_n(trace)
     verdicts = citation_verdicts(trace)
+    headings, keys = excerpt_marks(trace)
     paragraphs = []
     for paragraph in re.split(r"\n\s*\n", answer):
         if not paragraph.strip():
@@ -194,7 +233,7 @@ def answer_html(trace: dict[str, Any]) -> str:
         pieces: list[str] = []
         last = 0
         for m in _MARKER.finditer(paragraph):
-            pieces.append(html.escape(paragraph[last : m.start()]).replace("\n", "<br>"))
+            pieces.append(_marked(paragraph[last : m.start()], headings, keys))
             pieces.append(
                 "".join(
                     _cite_html(n, ev.get(n), verdicts.get(n, "ok" if n in ev else "invalid"))
@@ -202,9 +241,24 @@ def answer_html(trace: dict[str, Any]) -> str:
                 )
             )
             last = m.end()
-        pieces.append(html.escape(paragraph[last:]).replace("\n", "<br>"))
+        pieces.append(_marked(paragraph[last:], headings, keys))
         paragraphs.append("".join(pieces))
     return '<div class="rag-answer">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
+
+
+def excerpt_caption(trace: dict[str, Any]) -> str:
+    """Where each point of an extractive answer was quoted from, in words (Markdown-escaped): "Quoted from [10]
+    General principles, characters 120-290 of the passage, the highlighted sentence chosen by the reader"; "" for
+    an answer without excerpts."""
+    parts = []
+    for x in trace.get("excerpts") or []:
+        chosen = len(x.get("key") or [])
+        what = f"{chosen} highlighted sentence{'s' if chosen != 1 else ''}" if chosen else "context only"
+        parts.append(
+            f"[{x.get('n')}] {escape_md(str(x.get('heading') or ''))} (characters {x.get('start')}\u2013"
+            f"{x.get('end')} of the passage; {what})"
+        )
+    return ("Quoted from " + "; ".join(parts) + ".") if parts else ""
 
 
 def show_failed_citations(trace: dict[str, Any]) -> None:

@@ -27,7 +27,8 @@ from rag.config import Settings
 from rag.request import Stage
 
 # An ablation (settings ``ablate``, rag/config.py ABLATIONS) either removes a stage, by the stage's name, or
-# switches off a check inside one (intents, bundling, adjacent, followup: see build_stages).
+# switches off a check inside one (intents, bundling, adjacent, followup, followup_topic; excerpts, the models' own:
+# see build_stages and rag/pipeline.py).
 REMOVES_STAGE = {"answer_types": "answer_type", "reader": "read"}
 
 
@@ -53,7 +54,7 @@ def build_stages(settings: Settings, models: Models, queries: QueryVectors) -> l
         Budget(score_floor=settings.budget_score_floor),
         Bundle(models, bundling="bundling" not in off, join_adjacent="adjacent" not in off),
         Pack(),
-        AnswerTypes(scoring, check_k=settings.answer_check_k),
+        AnswerTypes(scoring, check_k=settings.answer_check_k, followup_topic="followup_topic" not in off),
         Read(models, queries, scoring, cut=settings.evidence_cut, keep=settings.evidence_min_bundles),
         BuildPrompt(repeat_question=settings.repeat_question, mode=settings.generation_mode),
         Generate(settings, extractive),

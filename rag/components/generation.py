@@ -67,9 +67,12 @@ class Extractive:
                 tie_band=1.0 - reading.keep_ratio,
                 sentences=sentences,
                 max_sentences=QUOTES_PER_INTENT * len(covered),
+                dependency=self.scoring.models.dependency_model,
             )
         scorer = self.scoring.sentence_scorer(evidence, context=QUOTE_CONTEXT)
-        return extractive_answer(question, covered, evidence, score=scorer)
+        return extractive_answer(
+            question, covered, evidence, score=scorer, dependency=self.scoring.models.dependency_model
+        )
 
     def of(self, state: State) -> Generated:
         """The extractive answer to the request as its stages left it."""
@@ -120,7 +123,15 @@ class Generate:
             notice = "" if abstention else answer.removeprefix(generated.text)
             model_answer = is_model_answer(generated, use_llm=state.plan.use_llm, abstained=state.abstained)
             d.update(model=generated.model, error=generated.error)
-        return replace(state, generated=generated, answer=answer, notice=notice, model_answer=model_answer)
+        excerpts = () if abstention else generated.excerpts
+        return replace(
+            state,
+            generated=generated,
+            answer=answer,
+            excerpts=excerpts,
+            notice=notice,
+            model_answer=model_answer,
+        )
 
     @staticmethod
     def notice_for(state: State, generated: Generated) -> str:
@@ -146,5 +157,6 @@ class Generate:
                     text=fallback.text,
                     model=f"extractive (fallback; {s.llm_model} failed)",
                     error=str(exc),
+                    excerpts=fallback.excerpts,
                 )
         return self.extractive.of(state)

@@ -15,6 +15,7 @@ from rag.embedder import Embedder
 from rag.index import IndexReader
 from rag.protocols import Reranker
 from rag.request import State
+from rag.stages.excerpts import DependencyModel
 from rag.stages.fusion import merge_intents, rrf_fuse
 from rag.stages.reading import ReaderModel
 from rag.stores import fused_candidates
@@ -36,6 +37,9 @@ class Models:
     reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
     reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
     reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
+    # which sentences an extractive answer's excerpt takes with the chosen one (rag/stages/excerpts.py); None:
+    # the chosen sentence alone (``ablate=excerpts``)
+    dependency_model: DependencyModel | None = None
 
 
 class QueryVectors:

@@ -11,6 +11,7 @@ import numpy as np
 from rag.components.retrieval import Models, QueryVectors
 from rag.sentences import chunk_heading, reading_text, sentence_units
 from rag.stages.citations import claim_key, lexical_support
+from rag.stages.extractive import shown_sentence
 from rag.stages.reading import VectorLookup
 from rag.text import bm25_tokens
 from rag.types import Evidence
@@ -142,7 +143,8 @@ class Scoring:
                 return lexical
             key = claim_key(claim)
             if key not in claims:
-                claims[key] = self.queries.vector(claim)
+                quoted = claims.get(shown_sentence(key))
+                claims[key] = quoted if quoted is not None else self.queries.vector(claim)
             return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[key])))
 
         return support
@@ -157,7 +159,10 @@ class Scoring:
             missing = [x for x in dict.fromkeys(sentences) if x not in known]
             if missing:
                 known.update(zip(missing, self._embed(missing), strict=True))
-            vector = by_key.get(claim_key(claim))
+            key = claim_key(claim)
+            vector = by_key.get(key)
+            if vector is None:
+                vector = by_key.get(shown_sentence(key))
             if vector is None:
                 vector = self.queries.vector(claim)
             return [float(known[x] @ vector) for x in sentences]

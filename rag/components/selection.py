@@ -12,11 +12,12 @@ from rag.components.retrieval import Models
 from rag.components.scoring import Scoring
 from rag.embedder import passage_text
 from rag.request import State
-from rag.stages.abstention import check_answer_types, decide_abstention, vouched_evidence
+from rag.stages.abstention import Coverage, check_answer_types, decide_abstention, vouched_evidence
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundling import bundle_dependencies, single_bundles
 from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
+from rag.stages.followup import unmentioned
 from rag.stages.hops import bundle_chains, chain_links
 from rag.stages.packing import edge_pack, number_evidence
 from rag.types import Candidate
@@ -156,8 +157,8 @@ class AnswerTypes:
 
     name = "answer_type"
 
-    def __init__(self, scoring: Scoring, *, check_k: int | None) -> None:
-        self.scoring, self.check_k = scoring, check_k
+    def __init__(self, scoring: Scoring, *, check_k: int | None, followup_topic: bool = True) -> None:
+        self.scoring, self.check_k, self.followup_topic = scoring, check_k, followup_topic
 
     def run(self, state: State) -> State:
         evidence, coverage = state.evidence, state.coverage
@@ -178,4 +179,12 @@ class AnswerTypes:
                 ],
             )
             d.update({f"intent_{intent.index}": why for intent, why in types.missing})
-        return replace(state, coverage=types.coverage)
+            coverage = types.coverage
+            if self.followup_topic and state.standalone is not None and not coverage.abstain:
+                # a follow-up about something no passage mentions is not answered by the previous topic's passages
+                pool = [passage_text(c.chunk.title, c.chunk.section, c.chunk.text) for c in state.ranked]
+                why = unmentioned(state.standalone, pool)
+                if why:
+                    coverage = Coverage(True, tuple(state.intents), why)
+                    d["followup"] = why
+        return replace(state, coverage=coverage)

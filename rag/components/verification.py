@@ -27,6 +27,7 @@ from rag.stages.claims import (
 )
 from rag.stages.confirm import ask, ask_parts, worth_asking
 from rag.text import collapse_ws
+from rag.types import Excerpt
 
 
 class Citations:
@@ -67,7 +68,9 @@ class Claims:
         assert state.support is not None, "the citations stage scores support before the claims are checked"
         answer, citations = state.answer, state.citations
         with state.recorder.stage(self.name) as d:
-            checked, claims, verification = self.verify(state, state.llm if state.model_answer else None)
+            checked, claims, verification, excerpts = self.verify(
+                state, state.llm if state.model_answer else None
+            )
             if checked != answer:
                 answer = checked
                 citations = check_citations(checked, state.evidence, support=state.support)
@@ -77,19 +80,23 @@ class Claims:
             answer=answer,
             citations=citations,
             claims=claims,
+            excerpts=excerpts,
             verification={key: v for key, v in verification.items() if key != "claims"},
         )
 
-    def verify(self, state: State, llm: LLM | None) -> tuple[str, list[ClaimCheck], dict[str, Any]]:
+    def verify(
+        self, state: State, llm: LLM | None
+    ) -> tuple[str, list[ClaimCheck], dict[str, Any], tuple[Excerpt, ...]]:
         """Check every claim of the answer. With ``llm`` (an LLM answer): uncited claims a passage holds get
         its marker, and an answer with a failed claim gets one repair call naming the failed claims; if the
         repair fails too, the answer is the extractive one with a notice saying why. Returns the answer, the
-        verdicts and the trace record (the model's text, every verdict, the repair)."""
+        verdicts, the trace record (the model's text, every verdict, the repair) and the excerpts the answer
+        shows (the extractive fallback's)."""
         evidence, answer, repair_on = state.evidence, state.answer, self.settings.citation_repair
         support: Callable[[str, str], float] | None = state.support
         assert support is not None
         if state.abstained or not evidence:
-            return answer, [], {"checked": False, "reason": "abstained: no claim to check"}
+            return answer, [], {"checked": False, "reason": "abstained: no claim to check"}, state.excerpts
         notice = state.notice
         body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
         cosine = self.scoring.claim_cosine(evidence)
@@ -106,7 +113,7 @@ class Claims:
                 record["markers_added"] = added
         if llm is None or not failed(checks):
             record["verified"] = verified(checks)
-            return body + notice, checks, record
+            return body + notice, checks, record, state.excerpts
         from rag.generation import repair_claims
 
         assert state.prompt is not None
@@ -135,7 +142,7 @@ class Claims:
             again, repair["error"] = [], str(exc)
         if again and verified(again):
             record.update(repaired=True, verified=True)
-            return text + notice, again, record
+            return text + notice, again, record, state.excerpts
         # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
         why = fallback_notice(failed(again) or bad)
         quoted = self.extractive.of(state)
@@ -148,7 +155,7 @@ class Claims:
             verified=verified(final),
             fallback_claims=[c.to_json() for c in final],
         )
-        return f"{fallback}\n\n{why}{notice}", final, record
+        return f"{fallback}\n\n{why}{notice}", final, record, quoted.excerpts
 
 
 class AnswerCheck:

@@ -9,15 +9,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from rag.lexicon import READER_CARDINALS
-from rag.sentences import chunk_heading
+from rag.sentences import chunk_heading, heading_parts
 from rag.stages.abstention import quote_user_text
-from rag.stages.bundling import opens_with_reference
+from rag.stages.excerpts import DependencyModel
 from rag.text import bm25_tokens, collapse_ws, split_sentences
-from rag.types import Evidence, Generated, Intent
+from rag.types import Chunk, Evidence, Excerpt, Generated, Intent
 
 MODEL = "extractive"
 NO_ANSWER = "The provided evidence does not answer this question."
@@ -57,6 +57,9 @@ class EvidenceSentence:
     position: int = 0  # its place among its passage's quotable sentences (0: the first)
     before: str = ""  # the passage's sentence before it, heading or not ("" for the first): its context
     heading: str = ""  # its passage's title and section path
+    after_heading: bool = False  # ``before`` is a heading: the first sentence under it
+    section: str = ""  # the nearest heading above it in its passage ("" when the passage opens without one)
+    span: tuple[int, int] = (0, 0)  # where it lies in its passage's text (a table row: the whole table)
 
 
 def looks_like_injection(sentence: str) -> bool:
@@ -200,14 +203,29 @@ def _identifiers(text: str) -> set[str]:
 def _sentence(
     unit: str,
     n: int,
-    context: tuple[int, str, str],
+    context: tuple[int, str, str, bool, str, tuple[int, int]],
     *,
     table: int | None = None,
     row: str = "",
     asks: bool = False,
 ) -> EvidenceSentence:
-    """``context``: (position, the sentence before, heading)."""
+    """``context``: (position, the sentence before, heading, after a heading, nearest heading, span)."""
     return EvidenceSentence(unit, n, frozenset(bm25_tokens(unit)), table, row, asks, *context)
+
+
+def _spans(text: str, units: Sequence[str]) -> list[tuple[int, int]]:
+    """Where each of ``units`` (``split_sentences(text)``, in order) lies in ``text``."""
+    out, at = [], 0
+    for unit in units:
+        start = text.find(unit, at)
+        if start < 0:  # split_sentences joined an abbreviation's parts with one space: find its first part
+            start = max(at, text.find(unit.split(" ", 1)[0], at))
+            end = start + len(unit)
+        else:
+            end = start + len(unit)
+        out.append((start, min(end, len(text))))
+        at = max(at, min(end, len(text)))
+    return out
 
 
 def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
@@ -218,15 +236,18 @@ def evidence_sentences(evidence: Sequence[Evidence]) -> list[EvidenceSentence]:
         chunk = ev.candidate.chunk
         headings = {_bare(h) for h in [chunk.title, *chunk.section.split(">")] if h.strip()}
         heading = chunk_heading(chunk.title, chunk.section)
-        before, position = "", 0
-        for text in split_sentences(chunk.text):
+        before, position, after_heading, section = "", 0, False, ""
+        units = split_sentences(chunk.text)
+        for text, span in zip(units, _spans(chunk.text, units), strict=True):
             previous, before = before, text
-            if len(re.findall(r"[A-Za-z0-9]+", text)) < 3 or looks_like_injection(text):
-                continue
             if _is_heading(text, headings):
+                after_heading, section = True, text
                 continue
-            context = (position, previous, heading)
-            position += 1
+            if len(re.findall(r"[A-Za-z0-9]+", text)) < 3 or looks_like_injection(text):
+                after_heading = False
+                continue
+            context = (position, previous, heading, after_heading, section, span)
+            position, after_heading = position + 1, False
             rows = _table_rows(text)
             if rows is None:
                 out.append(_sentence(text, ev.n, context, asks=text.rstrip().endswith("?")))
@@ -318,18 +339,25 @@ def extractive_answer(
     min_score: float = 0.0,
     tie_band: float = _TIE_BAND,
     sentences: Sequence[EvidenceSentence] | None = None,
+    dependency: DependencyModel | None = None,
 ) -> Generated:
-    """Quote the best evidence sentence for each intent (in intent order), each followed by its [n].
+    """Quote, for each intent (in intent order), an excerpt of the passage holding its best evidence sentence, under
+    the passage's heading and followed by its [n]: the sentence with the sentences its meaning depends on
+    (``dependency``, ``rag.stages.excerpts``; without one, the sentence alone).
 
-    Up to ``max_sentences`` in total: after one per intent, near-ties of an intent's best sentence may follow
-    it. ``score(query, sentences)`` returns one score per sentence. An intent with nothing above ``min_score``
-    is named as not covered; when no intent is covered the answer says the evidence does not answer.
+    Up to ``max_sentences`` chosen sentences in total: after one per intent, near-ties of an intent's best sentence
+    may follow it. ``score(query, sentences)`` returns one score per sentence. An intent with nothing above
+    ``min_score`` is named as not covered; when no intent is covered the answer says the evidence does not answer.
     ``sentences``: ``evidence_sentences(evidence)`` when the caller has them already.
     """
     sents = list(sentences) if sentences is not None else evidence_sentences(evidence)
     continues = _continuations(evidence)
     intents = list(intents) or [Intent(0, question)]
+    dep = _dependencies(sents, dependency)
+    bar = dependency.bar if dependency is not None else 1.0
     chosen: dict[int, list[int]] = {}
+    also: dict[int, int] = {}  # intent position -> the sentence another intent chose that answers it too
+    scored: dict[int, list[float]] = {}
     extras: list[tuple[float, int, int]] = []  # (-score, intent position, sentence index)
     uncovered: list[Intent] = []
     for pos, intent in enumerate(intents):
@@ -338,13 +366,20 @@ def extractive_answer(
         order = _ordered(scores, sents, min_score=min_score, numeric=numeric, tie_band=tie_band)
         taken = [i for ids in chosen.values() for i in ids]
         fresh = [i for i in order if not any(_near_duplicate(sents[i], sents[j]) for j in taken)]
-        # a sentence that points back at nothing the evidence holds ("This ..." under a heading) cannot answer
-        # alone: the best one that can, when there is one
-        pick = next((i for i in fresh if not _dangling(sents, i, continues)), fresh[0] if fresh else None)
+        # a sentence whose meaning lies before it, in a passage the evidence does not hold, cannot answer alone:
+        # the best one that can, when there is one
+        pick = next(
+            (i for i in fresh if not _dangling(sents, i, continues, dep, bar)), fresh[0] if fresh else None
+        )
         if pick is None:
-            uncovered.append(intent)
+            # its best sentence is one another part of the question quotes already: that excerpt answers both
+            same = next((j for i in order[:1] for j in taken if _near_duplicate(sents[i], sents[j])), None)
+            if same is None:
+                uncovered.append(intent)
+            else:
+                also[pos] = same
             continue
-        chosen[pos] = [pick]
+        chosen[pos], scored[pos] = [pick], scores
         floor = scores[pick] - tie_band * abs(scores[pick])
         extras += [(-scores[i], pos, i) for i in order if i != pick and scores[i] >= floor]
     wanted = {pos: frozenset(bm25_tokens(intent.text)) for pos, intent in enumerate(intents)}
@@ -362,118 +397,272 @@ def extractive_answer(
         )
         new = (sents[i].tokens & wanted[pos]) - said
         if compound and sum(1 + (df[t] == 1) for t in new) < 2 and not bridge:
-            # In an answer to several questions, a near-tie that adds too little of its part of the question
-            # to what the answer already says (a word only it holds, "Tokyo", counts twice), and completes no
-            # rule the answer names (the deadline of the Form EXP-7 it quotes), is filler. A single question
-            # keeps its near-ties: they often carry the rule's detail in other words ("at least quarterly").
+            # In an answer to several questions, a near-tie that adds too little of its part of the question to
+            # what the answer already says (a word only it holds, "Tokyo", counts twice), and completes no rule
+            # the answer names (the deadline of the Form EXP-7 it quotes), is filler. A single question keeps its
+            # near-ties: they often carry the rule's detail in other words ("at least quarterly").
             continue
         if not any(_near_duplicate(sents[i], sents[j]) for j in taken):
             chosen[pos].append(i)
+    # chosen sentence -> (the intents it answers, its best score)
+    keys: dict[int, tuple[set[int], float]] = {}
     for pos, ids in chosen.items():
-        chosen[pos] = _with_steps(sents, ids)
-    order = _with_antecedents(sents, [i for pos in sorted(chosen) for i in chosen[pos]], continues)
-    return Generated(_compose(sents, order, uncovered, continues), MODEL)
+        for i in ids:
+            answers, best = keys.setdefault(i, (set(), -math.inf))
+            keys[i] = (answers | {intents[pos].index}, max(best, scored[pos][i]))
+    for pos, i in also.items():
+        keys[i][0].add(intents[pos].index)
+    points = _points(sents, keys, dep, bar, continues, evidence)
+    return Generated(_compose(points, uncovered), MODEL, excerpts=tuple(points))
 
 
-_MAX_STEPS = 8
+# ----------------------------------------------------------------------------------------------- excerpts
+_MAX_BACK = 8  # sentences an excerpt reaches back for what the chosen one depends on (a list's lead-in)
+_MAX_FORWARD = 8  # ... and forward for what depends on it (the items a lead-in introduces, its exception)
+_MAX_WORDS = 90  # an excerpt grows forward only while it stays within this many words
+_MAX_GAP = 2  # two excerpts of one passage this few sentences apart are joined with the sentences between
+_GAP_WORDS = 40  # ... when those hold at most this many words; else they are one excerpt with an ellipsis
+_HEADING_WORDS = 10  # of the heading an excerpt is shown under
+ELLIPSIS = "\u2026"
 
 
-def _with_steps(sents: Sequence[EvidenceSentence], ids: Sequence[int]) -> list[int]:
-    """A quoted sentence that introduces steps or a list ("Follow these steps:") is quoted with them: the list
-    items after it in its passage, in order (at most ``_MAX_STEPS``)."""
-    out: list[int] = []
-    for i in ids:
-        if i in out:
-            continue
-        out.append(i)
-        if not sents[i].text.rstrip().endswith(":"):
-            continue
-        j = i + 1
-        while j < len(sents) and sents[j].n == sents[i].n and j - i <= _MAX_STEPS and not sents[j].asks:
-            if j not in out:
-                out.append(j)
-            if sents[j].text.rstrip().endswith((":", "?")):
-                break
-            j += 1
-    return out
-
-
-_MAX_ANTECEDENTS = 2  # "This ..." after "However, ..." after the rule: at most two sentences back
-
-
-def _antecedent(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> int | None:
-    """The quotable sentence that sentence ``i`` follows in its document: the one before it in its passage, or,
-    for the first sentence of a passage, the last one of the passage it continues. None when a heading (or
-    nothing in the evidence) comes before it."""
-    sent = sents[i]
-    if sent.before:  # the passage's previous sentence, quotable or not
-        j = i - 1
-        return j if j >= 0 and sents[j].n == sent.n and sents[j].text == sent.before else None
-    earlier = [j for j, s in enumerate(sents) if (s.n, sent.n) in continues]
-    return earlier[-1] if earlier else None
-
-
-def _dangling(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> bool:
-    """Sentence ``i`` opens by pointing back, and the evidence holds nothing it could point to."""
-    return opens_with_reference(sents[i].text) and _antecedent(sents, i, continues) is None
-
-
-def _with_antecedents(
-    sents: Sequence[EvidenceSentence], order: Sequence[int], continues: set[tuple[int, int]]
-) -> list[int]:
-    """The quoted sentences in answer order, each one that opens by pointing back ("However, ...", "This ...";
-    ``opens_with_reference``) right after what it points to: the sentence before it in its document, quoted
-    first when the answer does not quote it already. One that has nothing to point to in the evidence is not
-    quoted first while the answer has a sentence that stands alone."""
-    out: list[int] = []
-    for i in order:
-        if i in out:
-            continue
-        chain = [i]
-        while opens_with_reference(sents[chain[0]].text) and len(chain) <= _MAX_ANTECEDENTS:
-            j = _antecedent(sents, chain[0], continues)
-            if j is None or j in chain:
-                break
-            chain.insert(0, j)
-        placed = next((k for k, j in enumerate(chain) if j in out), None)
-        if placed is not None:  # what it points to is quoted already: it follows that sentence
-            at = out.index(chain[placed])
-            out[at + 1 : at + 1] = [j for j in chain[placed + 1 :] if j not in out]
+def _dependencies(sents: Sequence[EvidenceSentence], model: DependencyModel | None) -> list[float]:
+    """For each sentence, the probability that its meaning depends on the sentence before it in its passage (0
+    where none is in the evidence, and without a model); the first sentence of a passage that continues another is
+    judged by its own words (``kind="hidden"``)."""
+    if model is None:
+        return [0.0] * len(sents)
+    out = []
+    for i, s in enumerate(sents):
+        if _pred(sents, i) is not None or _lead(sents, i):
+            out.append(model.probability(s.before, s.row or s.text))
+        elif not s.before and s.table is None:
+            out.append(model.probability("", s.text, kind="hidden"))
         else:
-            out += chain
-    if out and opens_with_reference(sents[out[0]].text):
-        alone = next((k for k, j in enumerate(out) if not opens_with_reference(sents[j].text)), None)
-        if alone is not None:
-            out.insert(0, out.pop(alone))
+            out.append(0.0)
     return out
 
 
-def _quote(sents: Sequence[EvidenceSentence], i: int, continues: set[tuple[int, int]]) -> str:
-    """Sentence ``i`` as the answer quotes it, whitespace folded. One that points back at the heading it sits
-    under ("Lost laptops" / "This must be reported within 24 hours.") is quoted with it: "Lost laptops — This
-    must be reported within 24 hours." The heading is what it points to."""
-    sent, text = sents[i], collapse_ws(sents[i].text)
-    headings = {_bare(h) for h in sent.heading.split(">") if h.strip()}
-    if sent.before and _dangling(sents, i, continues) and _is_heading(sent.before, headings):
-        return f"{collapse_ws(sent.before).lstrip('#').strip()} \u2014 {text}"
-    return text
+def _pred(sents: Sequence[EvidenceSentence], i: int) -> int | None:
+    """The quotable sentence right before sentence ``i`` in its passage (no heading or fragment between); for a
+    table row, the sentence right before its table (the statement its rows belong to)."""
+    s = sents[i]
+    j = (s.table if s.table is not None else i) - 1  # a table's rows follow its first row's index
+    if j < 0 or s.after_heading or not s.before:
+        return None
+    p = sents[j]
+    return j if p.n == s.n and p.table is None and p.text == s.before else None
 
 
-def _compose(
+def _lead(sents: Sequence[EvidenceSentence], i: int) -> str:
+    """The fragment right before sentence ``i`` in its passage when it is not a sentence an answer quotes on its own
+    ("Note:", "For example:", "2."): an excerpt that starts at ``i`` shows it when ``i`` depends on it. "" when the
+    unit before is a heading, a sentence, a table or text addressed to an AI."""
+    s = sents[i]
+    before = s.before
+    if not before or s.after_heading or s.table is not None or _pred(sents, i) is not None:
+        return ""
+    if i > 0 and sents[i - 1].n == s.n and sents[i - 1].text == before:
+        return ""
+    if len(re.findall(r"[A-Za-z0-9]+", before)) >= 3 or looks_like_injection(before):
+        return ""
+    return collapse_ws(before)
+
+
+def _succ(sents: Sequence[EvidenceSentence], i: int) -> int | None:
+    """The sentence right after sentence ``i`` in its passage; none for a table: its rows each stand with their
+    header, so an excerpt never runs on into one."""
+    if i + 1 >= len(sents) or sents[i + 1].table is not None:
+        return None
+    return i + 1 if _pred(sents, i + 1) == i else None
+
+
+def _words(sents: Sequence[EvidenceSentence], ids: Sequence[int]) -> int:
+    return sum(len(sents[i].text.split()) for i in ids)
+
+
+def _excerpt(sents: Sequence[EvidenceSentence], i: int, dep: Sequence[float], bar: float) -> list[int]:
+    """Sentence ``i`` with what its meaning depends on before it (while a sentence depends on the one before it:
+    the rule its example or exception belongs to, the lead-in of its list) and what depends on it after it (the
+    items it introduces, the exception that qualifies it), within ``_MAX_WORDS`` going forward."""
+    ids, j, k = [i], i, i
+    while len(ids) <= _MAX_BACK and dep[j] >= bar and (p := _pred(sents, j)) is not None:
+        ids.insert(0, p)
+        j = p
+    forward = 0
+    while forward < _MAX_FORWARD and (q := _succ(sents, k)) is not None and dep[q] >= bar:
+        if _words(sents, [*ids, q]) > _MAX_WORDS:
+            break
+        ids.append(q)
+        k, forward = q, forward + 1
+    return ids
+
+
+def _chain(sents: Sequence[EvidenceSentence], a: int, b: int) -> list[int] | None:
+    """The sentences strictly between ``a`` and ``b`` when they are one contiguous run of a passage."""
+    between, k = [], a
+    while (q := _succ(sents, k)) is not None and q < b:
+        between.append(q)
+        k = q
+    return between if _succ(sents, k) == b else None
+
+
+def strip_numbering(heading: str) -> str:
+    """A heading without its Markdown marks and its numbering ("## 5.1 International travel" -> "International
+    travel"); the heading as it was when nothing else is left."""
+    return collapse_ws(_NUMBERING.sub("", heading.lstrip("#").strip(), count=1)) or collapse_ws(heading)
+
+
+def shown_heading(s: EvidenceSentence) -> str:
+    """The heading an excerpt is shown under: the nearest heading above its first sentence in the passage, else the
+    passage's section (its last part), else its title; without its numbering ("5.1 "), at most
+    ``_HEADING_WORDS`` words."""
+    parts = heading_parts(s.heading)
+    words = strip_numbering(s.section or (parts[-1] if parts else "")).split()
+    return " ".join(words[:_HEADING_WORDS]) + (f" {ELLIPSIS}" if len(words) > _HEADING_WORDS else "")
+
+
+_Keys = Mapping[int, tuple[set[int], float]]  # chosen sentence -> (the intents it answers, its score)
+
+
+def _points(
     sents: Sequence[EvidenceSentence],
-    order: Sequence[int],
-    uncovered: Sequence[Intent],
+    keys: _Keys,
+    dep: Sequence[float],
+    bar: float,
     continues: set[tuple[int, int]],
-) -> str:
-    if not order:
+    evidence: Sequence[Evidence],
+) -> list[Excerpt]:
+    """The answer's points: each chosen sentence's excerpt, excerpts of one passage merged, in answer order.
+
+    Order: by the first part of the question a point answers; within it, the passages of one document together
+    and in the document's order (a policy states its general rule before its special cases), documents by their
+    best sentence. A point whose first sentence opens its passage and depends on what comes before it gets the
+    last sentences of the passage it continues (when the evidence holds it) as a point right before it.
+    """
+    runs: dict[int, list[list[int]]] = {}  # passage n -> its sentence runs
+    for i in keys:
+        runs.setdefault(sents[i].n, []).append(_excerpt(sents, i, dep, bar))
+    chunks = {e.n: e.candidate.chunk for e in evidence}
+    points = [_merged(sents, found, keys, chunks, dep, bar) for found in runs.values()]
+    best: dict[tuple[int, str], float] = {}  # (intent position, document) -> the score of its best point
+    for _, ex in points:
+        key = (min(ex.intents), _doc(chunks, ex.n))
+        best[key] = max(best.get(key, -math.inf), ex.score)
+
+    def order(point: tuple[list[int], Excerpt]) -> tuple[int, float, str, int, int]:
+        ids, ex = point
+        pos, doc = min(ex.intents), _doc(chunks, ex.n)
+        ordinal = chunks[ex.n].ordinal if ex.n in chunks else 0
+        return pos, -best[(pos, doc)], doc, ordinal, sents[ids[0]].position
+
+    out: list[Excerpt] = []
+    shown = {ex.n for _, ex in points}
+    for ids, ex in sorted(points, key=order):
+        first = ids[0]
+        if not sents[first].before and sents[first].table is None and dep[first] >= bar:
+            earlier = [j for j, s in enumerate(sents) if (s.n, ex.n) in continues]
+            if earlier and sents[earlier[-1]].n not in shown:  # what it depends on ends the passage before it
+                j = earlier[-1]
+                lead = _merged(sents, [_excerpt(sents, j, dep, bar)], {}, chunks, dep, bar)[1]
+                out.append(replace(lead, intents=ex.intents, score=ex.score))  # context: no key sentence
+                shown.add(sents[j].n)
+        out.append(ex)
+    return out
+
+
+def _doc(chunks: Mapping[int, Chunk], n: int) -> str:
+    return chunks[n].doc_id if n in chunks else ""
+
+
+def _merged(
+    sents: Sequence[EvidenceSentence],
+    runs: Sequence[Sequence[int]],
+    keys: _Keys,
+    chunks: Mapping[int, Chunk],
+    dep: Sequence[float],
+    bar: float,
+) -> tuple[list[int], Excerpt]:
+    """One passage's runs as one excerpt: overlapping or adjacent runs joined, runs a few short sentences apart
+    joined with the sentences between, runs farther apart shown with an ellipsis between; a run whose first
+    sentence depends on the fragment before it ("Examples include:") shows that fragment first."""
+    pieces: list[list[int]] = []
+    for run in sorted(runs, key=lambda r: (r[0], r[-1])):
+        last = pieces[-1][-1] if pieces else -2
+        # overlapping, or next to each other in the passage (at most a fragment between, shown with them)
+        if pieces and (
+            run[0] <= last or (run[0] == last + 1 and (_succ(sents, last) == run[0] or _lead(sents, run[0])))
+        ):
+            pieces[-1] = sorted(set(pieces[-1]) | set(run))
+            continue
+        between = _chain(sents, pieces[-1][-1], run[0]) if pieces else None
+        if between is not None and len(between) <= _MAX_GAP and _words(sents, between) <= _GAP_WORDS:
+            pieces[-1] = [*pieces[-1], *between, *run]
+        else:
+            pieces.append(list(run))
+    ids = [i for piece in pieces for i in piece]
+    chosen = [i for i in ids if i in keys]
+    shown: list[str] = []
+    # a fragment between two shown sentences is shown; one before a piece, when its first sentence depends on it
+    leads = {i: _lead(sents, i) for piece in pieces for i in piece if i != piece[0] or dep[i] >= bar}
+    for k, piece in enumerate(pieces):
+        shown += [ELLIPSIS] if k else []
+        for i in piece:
+            shown += ([leads[i]] if leads.get(i) else []) + [collapse_ws(sents[i].text)]
+    first, n = sents[ids[0]], sents[ids[0]].n
+    start = first.span[0]
+    if leads.get(ids[0]) and n in chunks:
+        start = max(0, chunks[n].text.rfind(first.before, 0, start))
+    return ids, Excerpt(
+        n=n,
+        chunk_id=chunks[n].chunk_id if n in chunks else "",
+        heading=shown_heading(first),
+        sentences=tuple(shown),
+        key=tuple(collapse_ws(sents[i].text) for i in chosen),
+        intents=tuple(sorted({k for i in chosen for k in keys[i][0]})),
+        span=(start, sents[ids[-1]].span[1]),
+        score=round(max((keys[i][1] for i in chosen), default=0.0), 4),
+    )
+
+
+def _dangling(
+    sents: Sequence[EvidenceSentence],
+    i: int,
+    continues: set[tuple[int, int]],
+    dep: Sequence[float],
+    bar: float,
+) -> bool:
+    """Sentence ``i`` depends on what comes before it, and the evidence holds none of it: it opens its passage (no
+    heading above it), and the passage before it in the document is not in the evidence."""
+    s = sents[i]
+    if s.before or s.table is not None or dep[i] < bar:
+        return False
+    return not any((t.n, s.n) in continues for t in sents)
+
+
+HEADED = " \u2014 "  # between the heading an extractive point is shown under and its excerpt
+
+
+def shown_sentence(claim: str) -> str:
+    """A claim of an extractive answer without the heading its point is shown under ("General principles \u2014
+    Personal costs are ..." -> "Personal costs are ..."): the evidence sentence it quotes, whose vector the index
+    holds, so the checks need not embed it again. Other text is returned as it is."""
+    head, sep, rest = claim.partition(HEADED)
+    return rest if sep and head and len(head.split()) <= _HEADING_WORDS + 1 else claim
+
+
+def _compose(points: Sequence[Excerpt], uncovered: Sequence[Intent]) -> str:
+    if not points:
         return NO_ANSWER
-    # one line per quoted sentence: a sentence that spans lines in its passage (a list item, a table cell) is
-    # joined, so no answer line is left without its [n]
-    lines = [f"{_quote(sents, i, continues)} [{sents[i].n}]" for i in order]
+    # one line per point: its heading, its sentences (a sentence that spans lines in its passage, a list item or a
+    # table cell, joined), its [n]: no answer line is left without its [n]
+    lines = [
+        f"{ex.heading}{HEADED}{ex.text} [{ex.n}]" if ex.heading else f"{ex.text} [{ex.n}]" for ex in points
+    ]
     if uncovered:
         missing = "; ".join(f'"{quote_user_text(intent.text)}"' for intent in uncovered)
         lines.append(f"The provided evidence does not cover: {missing}.")
-    cited = sorted({sents[i].n for i in order})
+    cited = sorted({ex.n for ex in points})
     lines.append("Sources: " + ", ".join(f"[{n}]" for n in cited))
     return "\n".join(lines)
 

@@ -379,6 +379,29 @@ def standalone(
     return rewrite(question, previous, embed, bar=bar)
 
 
+def unmentioned(asked: Standalone, pool: Sequence[str]) -> str | None:
+    """Why no passage can answer the follow-up ``asked``, or None. ``pool``: the request's candidates (their titles,
+    sections and texts), which the asker may read.
+
+    A follow-up that asks a question of its own (not a condition on the previous one, "what if it's over $500?")
+    asks about what it adds to the previous question. When the most specific word it adds (the one fewest ``pool``
+    passages hold) is in none of them, the documents do not speak of it: "and how long can I take for a
+    sabbatical?" after a question on sick leave finds the sick-leave passages again, and quoting them would answer
+    the previous question, not this one."""
+    if not asked.rewritten or asked.method == "condition" or not pool:
+        return None
+    added = [t for t in _tokens(asked.asked) if t.content and t.base not in _FRAME and "'" not in t.word]
+    new = _stems(" ".join(t.text for t in added)) - _content_stems(asked.previous or "")
+    if not new:
+        return None
+    held = [_stems(p) for p in pool]
+    topic = min(sorted(new), key=lambda w: (sum(w in h for h in held), -len(w)))
+    if any(topic in h for h in held):
+        return None
+    words = [t.text for t in added if _stems(t.text) & {topic}]
+    return f'no passage you may read mentions "{words[0] if words else topic}"'
+
+
 # ------------------------------------------------------------------------------------------------ with an LLM
 REWRITE_SYSTEM = (
     "You rewrite an employee's follow-up message as the standalone question it stands for, so that it can be "

@@ -65,7 +65,19 @@ def test_loaded_pairs_share_the_gold_between_follow_up_and_standalone() -> None:
         assert p.followup.quotes and p.followup.quotes == p.standalone.quotes
         assert p.first.quotes and set(p.first.quotes).isdisjoint(p.followup.quotes)
         assert not p.followup.expects_abstention and not p.standalone.expects_abstention
-    assert {p.id for p in suite_mod.followup_pairs("tune")} == split_ids("followup", "tune")
+    tune = suite_mod.followup_pairs("tune")
+    assert {p.id for p in tune if not p.near_miss} == split_ids("followup", "tune")
+    assert {p.id for p in tune if p.near_miss} == split_ids("followup_near_miss", "tune")
+
+
+def test_near_miss_pairs_ask_after_an_answerable_question_what_the_corpus_does_not_say() -> None:
+    from evaluation.splits import NEAR_MISS_FOLLOWUPS_PATH
+
+    pairs = suite_mod.load_followups(NEAR_MISS_FOLLOWUPS_PATH)
+    assert len(pairs) >= 20 and {p.corpus for p in pairs} == {"sample", "dev", "gitlab", "moj", "hypha"}
+    for p in pairs:
+        assert p.near_miss and p.first.quotes and not p.first.expects_abstention
+        assert p.followup.expects_abstention and p.standalone.expects_abstention and not p.followup.quotes
 
 
 @pytest.mark.slow
@@ -104,8 +116,10 @@ def test_followup_suite_runs_on_the_sample_corpus(tmp_path: Path, sample_data_di
         results=lambda suite, qid, result: asked.setdefault(qid, {"suite": suite, **result}),
     )
     f = report["suites"]["followup"]
-    pairs = [p for p in suite_mod.followup_pairs("tune") if p.corpus == "sample"]
+    pairs = [p for p in suite_mod.followup_pairs("tune") if p.corpus == "sample" and not p.near_miss]
+    near = [p for p in suite_mod.followup_pairs("tune") if p.corpus == "sample" and p.near_miss]
     assert pairs and f["pairs"] == len(pairs) and list(f["by_corpus"]) == ["sample"]
+    assert f["near_miss"]["pairs"] == len(near) and f["near_miss"]["followup_abstained"]["n"] == len(near)
     assert any("not asked" in line for line in logged)  # the shared corpora's pairs are skipped, and said so
     for side in ("followup", "standalone"):
         for key in ("all_gold", "answer_any_gold", "best_gold_at_edge", "false_abstention"):
@@ -123,7 +137,7 @@ def test_followup_suite_runs_on_the_sample_corpus(tmp_path: Path, sample_data_di
         assert followup["tokens"]["history"] > 0
         assert first["tokens"]["history"] == standalone["tokens"]["history"] == 0
     rows = {r["id"]: r for r in f["rows"]}
-    assert set(rows) == {p.id for p in pairs}
+    assert set(rows) == {p.id for p in pairs} | {p.id for p in near}
     assert all({"all_gold", "answer_any_gold"} <= set(rows[p.id]["followup"]) for p in pairs)
     # the standalone questions find their gold on this small corpus: a floor, not a fixed figure
     assert f["standalone"]["all_gold"]["rate"] >= 0.5

@@ -331,4 +331,87 @@ def test_an_abstention_is_checked_for_its_reason_only() -> None:
         "mislabelled_partial": False,
         "leading_back_reference": False,
         "unplain_reason": True,
+        "cut_dependency": False,
+        "unaccounted_part": False,
     }
+
+
+POLICY = (
+    "2. General principles\n\nPersonal costs are never reimbursed, even when they arise on a business trip. "
+    "Examples include in-room films, minibar items, gym fees and fines of any kind."
+)
+
+
+def _traced(text: str, **extra: object) -> dict:
+    one = ["Can I expense a minibar?"]
+    evidence = [
+        {
+            "n": 1,
+            "chunk_id": "c1",
+            "doc_id": "d",
+            "title": "Expenses",
+            "section": "Expenses > 2. General principles",
+            "text": POLICY,
+        }
+    ]
+    return answer(text, intents=one, addressed=[True], evidence=evidence, **extra)
+
+
+def test_a_shown_sentence_cut_from_the_rule_it_depends_on_is_counted() -> None:
+    from evaluation.graders import answer_text_faults, cut_dependencies
+
+    cut = _traced(
+        "Examples include in-room films, minibar items, gym fees and fines of any kind. [1]\nSources: [1]"
+    )
+    found = cut_dependencies(cut)
+    assert [f["before"] for f in found] == [
+        "Personal costs are never reimbursed, even when they arise on a business trip."
+    ]
+    assert answer_text_faults(cut)["cut_dependency"]
+    whole = _traced(
+        "General principles \u2014 Personal costs are never reimbursed, even when they arise on a business trip. "
+        "Examples include in-room films, minibar items, gym fees and fines of any kind. [1]\nSources: [1]"
+    )
+    assert cut_dependencies(whole) == [] and not answer_text_faults(whole)["cut_dependency"]
+    assert cut_dependencies({**cut, "abstained": True}) == []
+
+
+def test_answer_words_leave_out_the_sources_line_and_markers() -> None:
+    from evaluation.graders import answer_words
+
+    assert answer_words({"answer": "Refunds take 45 days. [1]\nSources: [1], [2]", "abstained": False}) == 4
+    assert answer_words({"answer": "I can't answer this.", "abstained": True}) == 0
+
+
+def test_a_part_neither_answered_nor_named_is_counted() -> None:
+    from evaluation.graders import unaccounted_parts
+
+    two = ["What is the refund window", "can I refund a gift card?"]
+    silent = answer(
+        "Customers may request a refund within 45 days. [1]", intents=two, addressed=[True, False]
+    )
+    assert unaccounted_parts(silent) == ["can I refund a gift card?"]
+    named = answer(
+        silent["answer"] + '\n\nI could not find anything about: "can I refund a gift card?".',
+        intents=two,
+        addressed=[True, False],
+    )
+    assert unaccounted_parts(named) == []
+    by_excerpt = answer(
+        silent["answer"], intents=two, addressed=[True, False], excerpts=[{"intents": [0, 1]}]
+    )
+    assert unaccounted_parts(by_excerpt) == []
+
+
+def test_a_follow_up_answer_that_only_repeats_the_previous_one_is_told() -> None:
+    from evaluation.graders import repeats_previous
+
+    first = "Sick leave \u2014 Employees receive up to 12 days of paid sick leave. [1]\nSources: [1]"
+    again = {
+        "answer": first,
+        "abstained": False,
+        "excerpts": [{"key": ["Employees receive up to 12 days of paid sick leave."]}],
+    }
+    assert repeats_previous(first, again)
+    other = {"answer": "x", "abstained": False, "excerpts": [{"key": ["Parental leave is 18 weeks."]}]}
+    assert not repeats_previous(first, other) and not repeats_previous(first, {**again, "abstained": True})

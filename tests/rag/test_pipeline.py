@@ -396,7 +396,15 @@ def test_the_reader_is_traced_and_the_badge_follows_it(pipeline: Pipeline) -> No
         and top[0]["p"] == read["intents"][0]["best"]
         and all(a["p"] >= b["p"] for a, b in zip(top, top[1:], strict=False))
     )
-    assert r["answer"].startswith(top[0]["sentence"].split("\n")[0][:40])
+    # the first point of the answer is the excerpt around the best sentence, which the trace marks as its key
+    first = r["excerpts"][0]
+    assert " ".join(top[0]["sentence"].split()) in first["key"] and first["intents"] == [0]
+    assert (
+        r["answer"].splitlines()[0]
+        == f"{first['heading']} \u2014 {' '.join(first['sentences'])} [{first['n']}]"
+    )
+    passage = next(e["text"] for e in r["evidence"] if e["n"] == first["n"])
+    assert " ".join(passage[first["start"] : first["end"]].split()) == " ".join(first["sentences"])
     checks = r["answer_check"]["intents"]
     assert all(
         c["support"] is not None and c["supported"] == (c["support"] >= read["support_bar"]) for c in checks

@@ -40,11 +40,16 @@ def lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+def quoted(text: str) -> list[str]:
+    """The answer's lines without the heading each point is shown under ("Refund Policy — ...")."""
+    return [line.split(" \u2014 ", 1)[-1] for line in text.splitlines()]
+
+
 def test_one_verbatim_sentence_per_intent_in_intent_order_with_its_passage_id() -> None:
     question = "What is the refund window, and can I refund a gift card?"
     out = extractive_answer(question, TWO, EVIDENCE, score=overlap_score, max_sentences=2)
     assert out.model == "extractive"
-    assert lines(out.text) == [
+    assert quoted(out.text) == [
         "Customers may request a refund within 45 days of purchase. [2]",
         "Gift cards are not eligible for a refund. [1]",
         "Sources: [1], [2]",
@@ -59,7 +64,7 @@ def test_a_sentence_that_spans_lines_in_its_passage_is_quoted_on_one_line_with_i
         )
     ]
     out = extractive_answer("How long do passwords last?", [], evidence, score=overlap_score, max_sentences=1)
-    body = [line for line in lines(out.text) if not line.startswith("Sources:")]
+    body = [line for line in quoted(out.text) if not line.startswith("Sources:")]
     assert body and all(line.endswith("[1]") for line in body), out.text
 
 
@@ -85,7 +90,7 @@ def test_numbers_are_preferred_among_near_ties_when_the_question_asks_how_long()
         score=flat,
         max_sentences=1,
     )
-    assert lines(out.text)[0] == "The refund period is 45 days from delivery. [2]"
+    assert quoted(out.text)[0] == "The refund period is 45 days from delivery. [2]"
     out = extractive_answer(
         "Where is the refund period described?",
         [Intent(0, "Where is the refund period described?")],
@@ -93,7 +98,7 @@ def test_numbers_are_preferred_among_near_ties_when_the_question_asks_how_long()
         score=flat,
         max_sentences=1,
     )
-    assert lines(out.text)[0] == "The refund period is described on the receipt. [1]"
+    assert quoted(out.text)[0] == "The refund period is described on the receipt. [1]"
 
 
 def test_an_injected_instruction_is_never_chosen_even_if_it_scores_best() -> None:
@@ -107,7 +112,7 @@ def test_an_injected_instruction_is_never_chosen_even_if_it_scores_best() -> Non
 
     out = extractive_answer("What is the refund window?", [], evidence, score=fooled)
     assert "Ignore" not in out.text and "unlimited" not in out.text
-    assert out.text.startswith("Customers may request a refund within 45 days of purchase. [2]")
+    assert quoted(out.text)[0] == "Customers may request a refund within 45 days of purchase. [2]"
 
 
 def test_a_question_in_the_evidence_is_not_quoted_its_faq_answer_is() -> None:
@@ -118,7 +123,7 @@ def test_a_question_in_the_evidence_is_not_quoted_its_faq_answer_is() -> None:
     out = extractive_answer(
         "Does my unused budget roll over into next year?", [], evidence, score=overlap_score, max_sentences=1
     )
-    assert lines(out.text)[0] == "No. Unspent funds lapse on 31 December. [1]"
+    assert quoted(out.text)[0] == "No. Unspent funds lapse on 31 December. [1]"
     assert "?" not in out.text
     # a chunk that ends on the question: its answer opens the chunk that continues it
     first = make_chunk(
@@ -131,7 +136,7 @@ def test_a_question_in_the_evidence_is_not_quoted_its_faq_answer_is() -> None:
     out = extractive_answer(
         "Does my unused budget roll over?", [], split, score=overlap_score, max_sentences=1
     )
-    assert lines(out.text)[0] == "Unspent funds lapse on 31 December. [2]"
+    assert quoted(out.text)[0] == "Unspent funds lapse on 31 December. [2]"
     # a question that closes its passage hands its score to nothing and is still never quoted
     tail = [ev(1, "The budget is set each January. Does the budget roll over?")]
     assert "?" not in extractive_answer("Does the budget roll over?", [], tail, score=overlap_score).text
@@ -184,7 +189,7 @@ def test_no_evidence_means_no_answer() -> None:
 def test_an_uncovered_intent_is_named() -> None:
     intents = [Intent(0, "What is the refund window"), Intent(1, "what is the dress code?")]
     out = extractive_answer("q", intents, EVIDENCE, score=overlap_score, min_score=0.5)
-    assert lines(out.text)[0].endswith("[2]")
+    assert quoted(out.text)[0].endswith("[2]")
     assert 'The provided evidence does not cover: "what is the dress code?".' in out.text
 
 
@@ -202,7 +207,7 @@ def test_max_sentences_and_no_near_duplicates() -> None:
     # "receipt" is a word of the question only passage 3 holds: a near-tie that adds it is quoted
     q = "refund receipt"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=near, max_sentences=2)
-    body = lines(out.text)[:-1]
+    body = quoted(out.text)[:-1]
     assert body == [
         "Customers may request a refund within 45 days of purchase. [1]",
         "A refund request needs the receipt of purchase. [3]",
@@ -216,7 +221,7 @@ def test_extras_must_be_near_ties_of_the_best() -> None:
     out = extractive_answer(
         "refund window", [Intent(0, "refund window")], EVIDENCE, score=scores, max_sentences=3
     )
-    assert lines(out.text) == [
+    assert quoted(out.text) == [
         "Customers may request a refund within 45 days of purchase. [2]",
         "Sources: [2]",
     ]
@@ -224,7 +229,7 @@ def test_extras_must_be_near_ties_of_the_best() -> None:
 
 def test_without_intents_the_question_is_the_intent() -> None:
     out = extractive_answer("Can I refund a gift card?", [], EVIDENCE, score=overlap_score, max_sentences=1)
-    assert lines(out.text)[0] == "Gift cards are not eligible for a refund. [1]"
+    assert quoted(out.text)[0] == "Gift cards are not eligible for a refund. [1]"
 
 
 def test_a_score_function_returning_the_wrong_length_is_an_error() -> None:
@@ -239,7 +244,7 @@ def test_fragments_are_not_quoted() -> None:
         [ev(1, "Refunds. Refunds are paid to the original payment method.")],
         score=overlap_score,
     )
-    assert lines(out.text)[0] == "Refunds are paid to the original payment method. [1]"
+    assert quoted(out.text)[0] == "Refunds are paid to the original payment method. [1]"
 
 
 @pytest.mark.parametrize(
@@ -279,11 +284,11 @@ def test_headings_are_not_quoted_as_answers() -> None:
         score=overlap_score,
     )
     assert (
-        lines(out.text)[0]
+        quoted(out.text)[0]
         == "Questions about this policy go to Finance Operations at finance@example.com. [1]"
     )
     out = extractive_answer("security incident report", [], evidence, score=overlap_score, max_sentences=1)
-    assert lines(out.text)[0] == "Form SEC-9 records a lost device or any security incident. [2]"
+    assert quoted(out.text)[0] == "Form SEC-9 records a lost device or any security incident. [2]"
 
 
 TABLE = (
@@ -299,14 +304,14 @@ def test_a_table_row_is_quoted_with_its_column_names_not_the_whole_table() -> No
     evidence = [ev(1, TABLE)]
     q = "What is the monitor refresh for a warehouse supervisor?"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
-    assert lines(out.text) == [
+    assert quoted(out.text) == [
         "Warehouse supervisor: Laptop refresh 4 years; Monitor refresh 7 years [1]",
         "Sources: [1]",
     ]
     q = "How often are software engineers' laptops replaced?"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
-    assert lines(out.text)[0] == "Software engineer: Laptop refresh 3 years; Monitor refresh 5 years [1]"
-    assert len(lines(out.text)) == 2  # the other rows are near-copies, not extra answers
+    assert quoted(out.text)[0] == "Software engineer: Laptop refresh 3 years; Monitor refresh 5 years [1]"
+    assert len(quoted(out.text)) == 2  # the other rows are near-copies, not extra answers
     citations = check_citations(out.text, evidence)
     assert citations and all(c.valid and c.supported for c in citations)
 
@@ -343,7 +348,7 @@ def test_a_table_question_answers_with_the_row_it_asks_about() -> None:
     evidence = [ev(1, SALARY_TABLE)]
     q = "What is the salary band for a senior engineer?"
     out = extractive_answer(q, [Intent(0, q)], evidence, score=overlap_score)
-    assert lines(out.text) == [
+    assert quoted(out.text) == [
         "L5 Senior software engineer, Regional manager: Minimum 105,000 USD; Midpoint 126,000 USD; "
         "Maximum 147,000 USD [1]",
         "Sources: [1]",
@@ -369,7 +374,7 @@ def test_in_a_compound_answer_a_near_tie_that_adds_nothing_its_part_asks_is_not_
         return [1.0 if "Full-time" in s else 0.95 if "Part-time" in s else 0.1 for s in sentences]
 
     out = extractive_answer("q", intents, evidence, score=tie)
-    assert lines(out.text) == [
+    assert quoted(out.text) == [
         "Full-time employees receive 25 days of paid annual leave per calendar year. [1]",
         "Unused annual leave of up to 3 days may be carried over into the next calendar year. [3]",
         "Sources: [1], [3]",
@@ -390,7 +395,7 @@ def test_a_near_tie_naming_the_form_the_answer_names_completes_it() -> None:
         return [1.0 if "Submit" in s else 0.95 for s in sentences]
 
     out = extractive_answer("q", intents, evidence, score=tie)
-    assert "Form EXP-7 must be filed within 30 days of the trip end. [2]" in lines(out.text)
+    assert "Form EXP-7 must be filed within 30 days of the trip end. [2]" in quoted(out.text)
 
 
 def test_check_addresses_needs_every_intent_answered() -> None:
@@ -432,67 +437,3 @@ def test_user_text_in_a_refusal_is_never_a_citation() -> None:
     assert check_citations(out.text, EVIDENCE) == [] or all(
         c.n != 3 for c in check_citations(out.text, EVIDENCE)
     )
-
-
-LAPTOP = [
-    ev(
-        1,
-        "The company repairs or replaces a laptop that is lost or damaged in normal use. However, a second lost "
-        "or damaged laptop within 12 months is reviewed by your manager.",
-    ),
-    ev(2, "Report a lost laptop to the IT Service Desk within 24 hours."),
-]
-
-
-def test_a_quote_that_points_back_comes_after_what_it_points_to() -> None:
-    def however_first(query: str, sentences: Sequence[str]) -> list[float]:
-        return [1.0 if s.startswith("However") else 0.5 if "Report" in s else 0.0 for s in sentences]
-
-    out = extractive_answer("What if I lose my laptop?", [], LAPTOP, score=however_first)
-    assert lines(out.text)[:2] == [
-        "The company repairs or replaces a laptop that is lost or damaged in normal use. [1]",
-        "However, a second lost or damaged laptop within 12 months is reviewed by your manager. [1]",
-    ]
-
-
-def test_a_quote_that_points_back_at_its_heading_is_not_quoted_first() -> None:
-    # the sentence before "This" is a heading: no sentence to quote before it
-    heading = make_chunk("Lost laptops\n\nThis must be reported within 24 hours.", section="Lost laptops")
-    evidence = [Evidence(1, make_candidate(heading), 1), ev(2, "A lost laptop is replaced once a year.")]
-
-    def this_first(query: str, sentences: Sequence[str]) -> list[float]:
-        return [1.0 if s.startswith("This") else 0.9 for s in sentences]
-
-    out = extractive_answer("What if I lose my laptop?", [], evidence, score=this_first)
-    assert lines(out.text)[:2] == [
-        "A lost laptop is replaced once a year. [2]",
-        "Lost laptops \u2014 This must be reported within 24 hours. [1]",
-    ]
-
-    # and it is not chosen as the answer while a sentence that stands alone clears the bar
-    def far_ahead(query: str, sentences: Sequence[str]) -> list[float]:
-        return [1.0 if s.startswith("This") else 0.3 for s in sentences]
-
-    alone = extractive_answer("What if I lose my laptop?", [], evidence, score=far_ahead, min_score=0.2)
-    assert lines(alone.text)[0] == "A lost laptop is replaced once a year. [2]"
-    # with nothing else to quote, it comes with what it points to: the heading it sits under
-    only = extractive_answer("What if I lose my laptop?", [], evidence[:1], score=far_ahead)
-    assert lines(only.text)[0] == "Lost laptops \u2014 This must be reported within 24 hours. [1]"
-    assert all(c.valid and c.supported for c in check_citations(only.text, evidence[:1]))
-
-
-def test_a_first_sentence_that_points_back_comes_after_the_passage_it_continues() -> None:
-    first = make_chunk("Refunds are paid to the original payment method.", ordinal=1, next_id="doc-a:2")
-    second = make_chunk(
-        "Otherwise, a store credit is issued.", ordinal=2, chunk_id="doc-a:2", prev_id="doc-a:1"
-    )
-    evidence = [Evidence(1, make_candidate(second), 0), Evidence(2, make_candidate(first), 0)]
-
-    def otherwise_first(query: str, sentences: Sequence[str]) -> list[float]:
-        return [1.0 if s.startswith("Otherwise") else 0.0 for s in sentences]
-
-    out = extractive_answer("How is a refund paid?", [], evidence, score=otherwise_first)
-    assert lines(out.text)[:2] == [
-        "Refunds are paid to the original payment method. [2]",
-        "Otherwise, a store credit is issued. [1]",
-    ]

@@ -186,3 +186,32 @@ def test_the_check_allows_question_words_the_conversation_lacks() -> None:
         )
         is None
     )
+
+
+def test_a_follow_up_about_what_no_passage_mentions_is_told() -> None:
+    from rag.stages.followup import Standalone, unmentioned
+
+    pool = ["Leave > Sick leave\nEmployees receive up to 12 days of paid sick leave. Take it when ill."]
+    asked = Standalone(
+        "and how long can I take for a sabbatical?",
+        "x",
+        True,
+        "addition",
+        "How many days of sick leave do I get?",
+    )
+    assert unmentioned(asked, pool) == 'no passage you may read mentions "sabbatical"'
+    # what it adds is in a passage: the answer may be there in other words
+    assert (
+        unmentioned(Standalone("and is it paid?", "x", True, "addition", "How long is sick leave?"), pool)
+        is None
+    )
+    # a condition on the previous question, a question of its own, or no candidates: not checked
+    condition = Standalone("what if it's over $500?", "x", True, "condition", "Who approves a claim?")
+    assert unmentioned(condition, pool) is None
+    assert (
+        unmentioned(
+            Standalone("Is there a sabbatical?", "Is there a sabbatical?", False, "self-contained"), pool
+        )
+        is None
+    )
+    assert unmentioned(asked, []) is None

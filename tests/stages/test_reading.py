@@ -10,7 +10,7 @@ import pytest
 
 from rag.errors import ConfigurationError
 from rag.stages.abstention import Coverage
-from rag.stages.extractive import evidence_sentences, extractive_answer
+from rag.stages.extractive import evidence_sentences
 from rag.stages.reading import (
     DEFAULT_READER_MODEL,
     FEATURES,
@@ -176,25 +176,6 @@ def test_the_badge_needs_every_intent_supported_by_a_quoted_sentence() -> None:
         "Tell the desk fast [1]", intents, reading, report, grounds=[sents[lost].text]
     )
     assert paraphrase["complete"]
-
-
-def test_a_quoted_sentence_that_opens_steps_is_quoted_with_them() -> None:
-    chunk = make_chunk(
-        "Lost devices. Follow these steps:\n- Call the Service Desk.\n- Change your password.\n"
-        "The desk is open all day.",
-        ordinal=3,
-        title="Security",
-    )
-    evidence = [Evidence(1, make_candidate(chunk, rerank=0.9), 1)]
-
-    def score(query: str, texts: Sequence[str]) -> list[float]:
-        return [1.0 if t.endswith("steps:") else 0.1 for t in texts]
-
-    answer = extractive_answer(
-        "What do I do?", [Intent(0, "What do I do?")], evidence, score=score, min_score=0.5
-    )
-    assert "Follow these steps:" in answer.text
-    assert "Call the Service Desk." in answer.text and "Change your password." in answer.text
 
 
 def test_the_model_round_trips_and_refuses_other_features() -> None:

@@ -177,3 +177,24 @@ def test_a_follow_up_answers_the_question_it_stands_for(ui_url: str, page) -> No
     searched = page.locator(".searched-as").last.inner_text()
     assert "international trips" in searched and "domestic" not in searched, searched
     page.screenshot(path=str(ARTIFACTS / "ui-chat-follow-up.png"), full_page=True)
+
+
+def test_an_excerpt_keeps_the_rule_its_example_belongs_to(ui_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    """Issue 54: the minibar question is answered with the rule ("Personal costs are never reimbursed") that the
+    minibar example belongs to, not the example cut from it; the sentence the reader chose is highlighted inside
+    its excerpt, and each excerpt sits under its heading."""
+    page.goto(ui_url)
+    page.get_by_test_id("stChatInputTextArea").wait_for(timeout=120_000)
+    _ask(page, "Can I expense a hotel minibar, and what is the daily meal allowance?", 0)
+    answer = page.locator(".rag-answer").first
+    text = answer.inner_text()
+    assert "never reimbursed" in text and "minibar" in text, text
+    chosen = [
+        answer.locator("mark.rag-key").nth(i).inner_text()
+        for i in range(answer.locator("mark.rag-key").count())
+    ]
+    assert any("minibar" in sentence for sentence in chosen), chosen
+    assert not any("never reimbursed" in sentence for sentence in chosen)  # context, not the reader's choice
+    assert answer.locator(".rag-heading").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "ui-chat-excerpt.png"), full_page=True)
+    assert not page.get_by_test_id("stException").count()

@@ -137,6 +137,39 @@ def test_document_and_model_text_is_escaped() -> None:
     assert components.escape_md("**bold** [link](x) $5") == r"\*\*bold\*\* \[link\]\(x\) \$5"
 
 
+def test_the_sentence_that_carried_the_choice_is_highlighted_inside_its_excerpt_and_escaped() -> None:
+    hostile = 'Examples include <img src=x onerror=alert(1)> and "minibar" items.'
+    answer = (
+        f"General <b>principles</b> \u2014 Personal costs are never reimbursed. {hostile} [1]\nSources: [1]"
+    )
+    excerpt = {
+        "n": 1,
+        "chunk_id": "c1",
+        "heading": "General <b>principles</b>",
+        "start": 0,
+        "end": 90,
+        "sentences": ["Personal costs are never reimbursed.", hostile],
+        "key": [hostile],
+        "intents": [0],
+        "score": 0.3,
+    }
+    out = components.answer_html(trace(answer=answer, citations=[], excerpts=[excerpt]))
+    assert "<img" not in out and "<b>principles" not in out
+    escaped = hostile.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    assert f'<mark class="rag-key">{escaped}</mark>' in out
+    assert (
+        "<mark" not in out.split("Personal costs")[0] and "never reimbursed. <mark" in out
+    )  # the rule: context
+    assert '<span class="rag-heading">General &lt;b&gt;principles&lt;/b&gt;</span> \u2014 ' in out
+    caption = components.excerpt_caption(trace(excerpts=[excerpt]))
+    assert (
+        caption.startswith("Quoted from [1] General \\<b\\>principles") and "characters 0\u201390" in caption
+    )
+    assert components.excerpt_caption(trace()) == ""
+    # a model's answer (no excerpts) renders as before
+    assert "<mark" not in components.answer_html(trace())
+
+
 def test_grouped_and_range_markers_expand() -> None:
     out = components.answer_html(trace(answer="Both [1, 2] and [3-5].", citations=[]))
     assert [f">[{n}]<" in out for n in range(1, 6)] == [True] * 5

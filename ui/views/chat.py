@@ -121,6 +121,8 @@ def render_assistant(message: dict[str, Any], index: int, show_how: bool = False
             if missed:
                 quoted = "; ".join(f"\u201c{m}\u201d" for m in missed)
                 st.caption("Not addressed by the answer: " + components.escape_md(quoted))
+            if excerpts := components.excerpt_caption(trace):
+                st.caption(excerpts)
             trace_view.render_order(trace, key=key, chart=True)
             # token budgets and the trace id are for administrators
             if services.is_admin(principal, settings):
