@@ -1,5 +1,5 @@
 """Lexical backends compared for cost: p50 query latency, build time and memory of in-process BM25
-(``rag.lexical.BM25Index``) and BM25 as Qdrant sparse vectors at 10k and 100k synthetic chunks (SciFact abstracts
+(``rag.stores.bm25.BM25Index``) and BM25 as Qdrant sparse vectors at 10k and 100k synthetic chunks (SciFact abstracts
 cut into overlapping sentence windows; random unit vectors for the dense part, so nothing needs embedding), with
 the overlap@10 of the two. Each (backend, size) runs in a fresh process so memory figures do not mix. Their
 agreement on a real corpus is ``evaluation.lexical_parity``.
@@ -100,7 +100,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
     about 10 ms per point of wall time against 1 ms of CPU) and measure only the build; otherwise it is built in
     memory, which holds the same data structures for searching.
     """
-    from rag.lexical import BM25Index
+    from rag.stores.bm25 import BM25Index
     from rag.stores.memory import FilterArrays
     from rag.text import bm25_tokens
     from rag.types import Chunk, Principal, SearchFilter
@@ -174,7 +174,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
         else:
             from qdrant_client import QdrantClient, models
 
-            from rag.lexical import average_length
+            from rag.stores.bm25 import average_length
             from rag.stores.qdrant import (
                 COLLECTION,
                 DENSE,

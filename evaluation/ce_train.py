@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.metrics import ndcg_at
 from rag.cross_encoder import WORD_EMBEDDINGS, base_model_dir, load_model, logits
-from rag.metrics import ndcg_at
 
 SOURCES = ("nq", "scifact", "hotpot", "dev", "gitlab", "sample")
 POLICY = ("dev", "gitlab", "sample")
@@ -103,7 +103,7 @@ def group(
 # ----------------------------------------------------------------------------------------------- data
 def nq_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
     from evaluation.rerank_train import heldout, load_nq
-    from rag.lexical import BM25Index
+    from rag.stores.bm25 import BM25Index
     from rag.text import bm25_tokens
 
     ds = load_nq(data_dir)
@@ -127,7 +127,7 @@ def nq_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
 
 def scifact_groups(data_dir: Path) -> Iterator[dict[str, Any]]:
     from evaluation.rerank_train import heldout, load_scifact
-    from rag.lexical import BM25Index
+    from rag.stores.bm25 import BM25Index
     from rag.text import bm25_tokens
 
     ds = load_scifact(data_dir)
@@ -198,7 +198,7 @@ def traced_questions(
 def policy_groups(traces: Iterable[Path], shared: Path, split: str = "tune") -> Iterator[dict[str, Any]]:
     """Groups from stored suite traces of the policy suites' ``split`` (``traced_questions``)."""
     from evaluation.graders import covered, may_cover
-    from rag.embedder import passage_text
+    from rag.models.embedder import passage_text
 
     for suite, q, cands in traced_questions(traces, shared, split):
         quotes = list(q.quotes)
@@ -423,8 +423,8 @@ def eval_groups(
     """
     from evaluation.graders import covered
     from evaluation.rerank_train import Retrieval, heldout, load_scifact
-    from rag.embedder import load_embedder, passage_text
-    from rag.rerank import DEFAULT_EMBEDDING_MODEL
+    from rag.models.embedder import load_embedder, passage_text
+    from rag.models.rerankers import DEFAULT_EMBEDDING_MODEL
 
     rows: list[dict[str, Any]] = []
     for split in ("tune", "test"):

@@ -1,5 +1,5 @@
 """Train the sentence-dependency model (``rag/models/dependency.json``): does a sentence's meaning depend on the
-sentence (or heading) before it in its passage? (``rag.stages.excerpts``.)
+sentence (or heading) before it in its passage? (``rag.models.dependency``.)
 
     python -m evaluation.dependency_train pool --work-dir /work/cache/suite --out pool.jsonl   # pairs to label
     python -m evaluation.dependency_train train [--write]                                      # LOCO, then fit
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rag.stages.excerpts import DEFAULT_DEPENDENCY_MODEL, DependencyModel, dependency_features
+from rag.models.dependency import DEFAULT_DEPENDENCY_MODEL, DependencyModel, dependency_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 LABELS = Path(__file__).resolve().parent / "suites" / "dependency" / "pairs.jsonl"
@@ -49,8 +49,8 @@ MIN_COUNT = 2  # a word feature seen fewer times in training is not kept
 def pool(work_dir: Path, per_corpus: int, seed: int = SEED) -> list[dict[str, Any]]:
     """``per_corpus`` sentence pairs from each policy corpus ingested under ``work_dir`` (the suite's folders):
     a chunk drawn at random, then one of its quotable sentences that has a sentence or heading before it."""
-    from rag.index import CURRENT, index_root, load_chunks
     from rag.stages.extractive import evidence_sentences
+    from rag.stores.index import CURRENT, index_root, load_chunks
     from rag.types import Candidate, Evidence
 
     rng = random.Random(seed)

@@ -75,7 +75,7 @@ def _log(message: str) -> None:
 
 def prompt_for(sentence: str, heading: str = "") -> Prompt:
     """The writing prompt for one sentence (``PROMPT_VERSION``)."""
-    from rag.sentences import heading_parts
+    from rag.models.sentences import heading_parts
 
     parts = heading_parts(heading)
     where = f"From: {' > '.join(parts)}\n" if parts else ""
@@ -158,9 +158,9 @@ def _in_quote(sentence: str, quotes: Sequence[tuple[str, set[str]]]) -> bool:
 def sample(shared: Path, work_dir: Path, corpora: Sequence[str] = CORPORA, log: Log = _log) -> list[dict]:
     """Every candidate sentence in the order it is asked (see the module docstring)."""
     from evaluation.suite import Paths, ingest_corpus
-    from rag.index import current_generation, generation_dir, load_chunks
-    from rag.sentences import chunk_heading, sentence_units
-    from rag.stages.packing import states_nothing
+    from rag.models.sentences import chunk_heading, sentence_units
+    from rag.stages.pack import states_nothing
+    from rag.stores.index import current_generation, generation_dir, load_chunks
 
     paths = Paths(shared, work_dir)
     per_corpus: list[list[dict]] = []
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rag.config import load_settings
     from rag.errors import ConfigurationError
-    from rag.llm import LLMClient
+    from rag.llm.client import LLMClient
 
     llm = LLMClient.from_settings(load_settings())
     if llm is None:

@@ -3,7 +3,7 @@
     python -m evaluation.reader_ce_data --shared ../shared --out reader-ce.jsonl.gz [--nq 1500]
 
 Groups in ``evaluation.ce_train``'s format ({src, q, pos, neg, near}), one per question, every passage a sentence
-read with its heading (``heading: sentence``, as ``rag.sentences.reading_text`` writes it):
+read with its heading (``heading: sentence``, as ``rag.models.sentences.reading_text`` writes it):
 
 * ``nq``: NQ-Open (``lost-in-the-middle/nq-open-oracle.jsonl.gz``), the first ``--nq`` questions: the gold
   passage's sentences holding an answer string are positives, its other sentences negatives (same topic, no
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.graders import norm
-from rag.sentences import reading_text
+from rag.models.sentences import reading_text
 from rag.text import split_sentences
 
 
@@ -83,7 +83,7 @@ def policy_groups(examples: Sequence[dict[str, Any]], negatives: int = 10) -> It
     """The policy suites' tune questions as the reader saw them (``evaluation.reader_train`` examples): the
     sentences stating a gold quote are positives, the other sentences closest to the intent (cosine) negatives;
     every sentence of a near miss's evidence that comes close is a negative (topical, and not the answer)."""
-    from rag.stages.reading import FEATURES
+    from rag.stages.read import FEATURES
 
     cos = FEATURES.index("cos")
     for g in examples:

@@ -4,7 +4,7 @@
 
 Examples are read off the query path itself: every tune-split question of the policy suites (dev, GitLab, MoJ,
 Hypha, sample) and HotpotQA is asked through the pipeline the app builds, and each sentence of its final
-evidence becomes one (intent, sentence) example with ``rag.stages.reading``'s features. Labels: a sentence is
+evidence becomes one (intent, sentence) example with ``rag.stages.read``'s features. Labels: a sentence is
 positive when it lies in a gold quote or holds one (the grader's normalisation); a compound question's quotes
 go to the intent they share most words with; every sentence of an unanswerable question's evidence (the near
 misses) is negative. HotpotQA: a sentence holding the answer span. Test splits are never read.
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from evaluation.graders import norm, states
-from rag.sentences import reading_text
-from rag.stages.reading import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
+from rag.models.sentences import reading_text
+from rag.stages.read import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 FALSE_ABSTENTION = 0.04

@@ -62,8 +62,8 @@ def gather_texts(shared: Path, work_dir: Path, hold: Sequence[str] = (), log: Lo
     from evaluation.datasets import read_jsonl
     from evaluation.splits import default_sources, split_ids
     from evaluation.suite import Paths, ingest_corpus
-    from rag.index import current_generation, generation_dir, load_chunks
-    from rag.sentences import chunk_heading, reading_text, sentence_units
+    from rag.models.sentences import chunk_heading, reading_text, sentence_units
+    from rag.stores.index import current_generation, generation_dir, load_chunks
     from rag.text import collapse_ws, split_sentences
 
     rng = random.Random(SEED)
@@ -153,7 +153,7 @@ def teacher_dir(cache: Path) -> Path:
 
 def teacher_vectors(texts: Sequence[str], model_dir: Path, cache: Path, log: Log = _log) -> np.ndarray:
     """The teacher's vectors of ``texts``, ``PART`` texts a file in ``cache`` (a stopped run resumes)."""
-    from rag.embedder import SentenceTransformerEmbedder
+    from rag.models.embedder import SentenceTransformerEmbedder
 
     encoder: Any = None
     out = []
@@ -195,7 +195,7 @@ def fit(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
 
     torch.manual_seed(SEED)
     rng = random.Random(SEED)
@@ -272,7 +272,7 @@ def write(student: Path, path: Path = WEIGHTS) -> int:
     """The student as its difference from the packaged weights (``rag.models.reading``); returns its bytes."""
     from safetensors.numpy import load_file
 
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
 
     base = load_file(str(resolve_model_dir(BASE_MODEL) / "model.safetensors"))
     trained = load_file(str(student / "model.safetensors"))

@@ -110,7 +110,7 @@ def _record(
     covers: Sequence[Sequence[int]],
     n_quotes: int,
 ) -> dict[str, Any]:
-    from rag.rerank import FeatureReranker
+    from rag.models.rerankers import FeatureReranker
 
     reranker = pipeline.reranker
     if not isinstance(reranker, FeatureReranker):
@@ -198,8 +198,8 @@ def loco(
         open_data,
         policy_pool,
     )
-    from rag.embedder import load_embedder
-    from rag.rerank import (
+    from rag.models.embedder import load_embedder
+    from rag.models.rerankers import (
         DEFAULT_EMBEDDING_MODEL,
         FEATURE_MODELS,
         FEATURE_NAMES,

@@ -1,7 +1,7 @@
 """Train the feature reranker (``features-v3``; ``--model`` retrains an earlier one) on open question/passage data.
 
 Reproduce the committed weights with ``python -m evaluation.rerank_train [--model features-v2]`` (or call
-:func:`train`). The first run embeds every passage, query and passage sentence (``rag.sentences.sentence_units``)
+:func:`train`). The first run embeds every passage, query and passage sentence (``rag.models.sentences.sentence_units``)
 of SciFact and NQ-Open with MiniLM, and for features-v3 every sentence read after its passage's title and every
 query with the reading encoder (``rag.models.reading``), and caches them under ``--cache-dir`` (about 55k sentences
 per encoder: tens of minutes on 2 busy cores); later runs take minutes. Deterministic: no random sampling,
@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from rag.embedder import passage_text
-from rag.lexical import BM25Index
-from rag.metrics import ndcg_at, recall_at
+from evaluation.metrics import ndcg_at, recall_at
+from rag.models.embedder import passage_text
 from rag.models.reading import identity
-from rag.rerank import (
+from rag.models.rerankers import (
     DEFAULT_EMBEDDING_MODEL,
     FEATURE_MODELS,
     FEATURE_NAMES,
@@ -36,8 +35,9 @@ from rag.rerank import (
     FeatureModel,
     candidate_features,
 )
-from rag.sentences import reading_text, sentence_units
-from rag.stages.fusion import rrf_fuse
+from rag.models.sentences import reading_text, sentence_units
+from rag.stages.retrieve import rrf_fuse
+from rag.stores.bm25 import BM25Index
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Candidate, Chunk
 
@@ -516,7 +516,7 @@ def app_reading_encoder() -> Any:
     """The reading encoder as the app runs it (``RAG_READING_MODEL``, ``RAG_READING_RUNTIME``): training reads the
     vectors the query path will read."""
     from rag.config import load_settings
-    from rag.embedder import reading_encoder_for
+    from rag.models.embedder import reading_encoder_for
 
     return reading_encoder_for(load_settings())
 
@@ -597,7 +597,7 @@ def train(
     (default: the shipped reading encoder). Returns the model and a report; writes the model JSON to ``out``.
     """
     t0 = time.perf_counter()
-    from rag.embedder import load_embedder
+    from rag.models.embedder import load_embedder
 
     if embedder is None:
         embedder = load_embedder(DEFAULT_EMBEDDING_MODEL)
@@ -704,7 +704,7 @@ def train(
             },
             "split": "sha256('rerank-split:'+query_id)[0] % 2 == 1 is held out",
             "idf": "local (candidate list)",
-            "sentence_vectors": "MiniLM vectors of rag.sentences.sentence_units(passage text), as stored at ingestion"
+            "sentence_vectors": "MiniLM vectors of rag.models.sentences.sentence_units(passage text), as stored at ingestion"
             if sentences
             else "not used",
             **(
@@ -712,8 +712,8 @@ def train(
                     "reading_model": str(reading_encoder.name),
                     "reading_runtime": str(getattr(reading_encoder, "runtime", "onnx")).split(" ")[0],
                     "reading_model_identity": encoder_identity(reading_encoder),
-                    "reading_vectors": "the reading encoder's vectors of each rag.sentences.sentence_units unit "
-                    "read after the passage's title (rag.sentences.reading_text), as stored at ingestion; the "
+                    "reading_vectors": "the reading encoder's vectors of each rag.models.sentences.sentence_units unit "
+                    "read after the passage's title (rag.models.sentences.reading_text), as stored at ingestion; the "
                     "question embedded by it",
                 }
                 if reading and reading_encoder is not None

@@ -24,7 +24,7 @@ search (and query embedding for the dense leg), both legs plus fusion for ``hybr
 query path's stages that produce the ranking (up to reranking, and the follow-up hops, which can add and move
 candidates; evidence selection, the extractive answer and the citation check run but are not counted).
 
-Metrics are BEIR's (pytrec_eval definitions): ``rag.metrics``; qrels files load with ``load_qrels``. ``reranker_training_split`` splits the
+Metrics are BEIR's (pytrec_eval definitions): ``evaluation.metrics``; qrels files load with ``load_qrels``. ``reranker_training_split`` splits the
 queries by ``evaluation.rerank_train.heldout``: the shipped reranker was trained on SciFact train-qrels queries of the
 "trained_on" half, so on SciFact train qrels only the "held_out" half is an unbiased figure for ``pipeline``.
 """
@@ -47,7 +47,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from rag.metrics import first_occurrences, ndcg_at, recall_at
+from evaluation.metrics import first_occurrences, ndcg_at, recall_at
 
 SYSTEMS = ("bm25", "dense", "hybrid", "pipeline")
 RANKING_STAGES = ("index", "filters", "intents", "retrieve", "rerank")
@@ -147,7 +147,7 @@ def run(
     from rag.config import load_settings
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions, Question
-    from rag.stages.fusion import rrf_fuse
+    from rag.stages.retrieve import rrf_fuse
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 

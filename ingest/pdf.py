@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
 MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
 MIN_PAGE_TEXT = 50  # a page with an image and fewer letters and digits than this is a scan: OCR reads it
-SANDBOX_PRELOAD = ("pypdf", "pdfplumber")  # imported once by the fork server (``ingest.sandbox``), not each child
+SANDBOX_PRELOAD = (
+    "pypdf",
+    "pdfplumber",
+)  # imported once by the fork server (``ingest.sandbox``), not each child
 EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
 
 
@@ -44,7 +47,7 @@ class PdfText:
 
     A PDF with pages that need OCR: ``needs_ocr`` names them and ``pages`` is the uncleaned text layer, until
     ``extract_pdf`` has recognised them; then ``ocr_pages`` names the pages whose text OCR gave, ``ocr_engine``
-    and ``content_key`` where the recognised words are kept (``rag.extracted``), and ``warnings``/``notices``
+    and ``content_key`` where the recognised words are kept (``rag.stores.extracted``), and ``warnings``/``notices``
     what the file's result tells the user (pages too poor to index, a new engine)."""
 
     pages: tuple[str, ...]
@@ -75,7 +78,7 @@ def extract_pdf(path: Path, settings: Settings, recogniser: Recogniser | None = 
 def _with_ocr(path: Path, text: PdfText, settings: Settings, recogniser: Recogniser | None) -> PdfText:
     """Recognise the pages that need it, put their text in place of the layer's, then clean every page."""
     from ingest.ocr import OcrUnavailable, pages_named
-    from rag.extracted import content_key
+    from rag.stores.extracted import content_key
 
     n_pages = len(text.pages)
     layer_chars = sum(_alnum(p) for p in text.pages)

@@ -163,7 +163,7 @@ class Settings(BaseSettings):
         ge=0.0,
         le=1.0,
         description="A follow-up's new words take the place of the previous question's closest span when their "
-        "embedding cosine reaches this (rag/stages/followup.py; calibrated on the follow-up suite's tune split).",
+        "embedding cosine reaches this (rag/stages/standalone.py; calibrated on the follow-up suite's tune split).",
     )
     evidence_cut: float = Field(
         default=0.0,

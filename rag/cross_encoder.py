@@ -2,7 +2,7 @@
 
 A saved model holds its encoder layers and head in float16 (``weights.safetensors``) with ``config.json``; the
 word embeddings stay frozen in training and are read back from the installed all-MiniLM-L6-v2 package, so a
-model ships at a quarter of the base model's 90 MB. The reader (``rag.stages.reading``) reads with one.
+model ships at a quarter of the base model's 90 MB. The reader (``rag.stages.read``) reads with one.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from rag.config import Settings
 
 if TYPE_CHECKING:
-    from rag.embedder import Embedder
-    from rag.index import IndexReader
+    from rag.models.embedder import Embedder
     from rag.pipeline import Pipeline
     from rag.protocols import LLM, TraceSink
+    from rag.stores.index import IndexReader
     from rag.tracestore import TraceStore
 
 

@@ -13,22 +13,22 @@ from typing import Any
 
 import numpy as np
 
-from rag import trace_schema as ts
 from rag.components import Models, QueryVectors, Scoring, Search, build_stages
 from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
-from rag.embedder import Embedder, embedder_for, reading_encoder_for
-from rag.index import IndexReader
 from rag.models import MODELS_DIR
+from rag.models.dependency import DependencyModel
+from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
-from rag.qdrant_server import open_index_reader
 from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
 from rag.stages.claims import ClaimCheck, verified
-from rag.stages.excerpts import DependencyModel
-from rag.stages.followup import Standalone
-from rag.stages.reading import ReaderModel, VectorLookup
+from rag.stages.read import ReaderModel, VectorLookup
+from rag.stages.standalone import Standalone
+from rag.stores.index import IndexReader
+from rag.stores.qdrant_server import open_index_reader
 from rag.text import count_tokens
+from rag.traces import schema as ts
 from rag.types import (
     Bundle,
     Candidate,
@@ -49,7 +49,7 @@ class Result:
 
     Frozen: its sequences are stored as tuples whatever the caller passed (``dataclasses.replace`` makes a
     changed copy). The dicts (budgets, hops, answer_check, verification, each stage's detail) are JSON records
-    the trace schema (rag/trace_schema.py) checks when ``trace()`` builds the trace; the schema is the one
+    the trace schema (rag/traces/schema.py) checks when ``trace()`` builds the trace; the schema is the one
     place the trace's shape is written.
     """
 
@@ -77,7 +77,7 @@ class Result:
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
     claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)
     verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
-    standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/followup.py)
+    standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/standalone.py)
     excerpts: Sequence[
         Excerpt
     ] = ()  # what an extractive answer shows, point by point (rag/stages/extractive.py)
@@ -90,7 +90,7 @@ class Result:
                 object.__setattr__(self, name, tuple(value))
 
     def trace(self) -> ts.Trace:
-        """The typed trace (rag/trace_schema.py); raises pydantic's ValidationError if a stage's record does
+        """The typed trace (rag/traces/schema.py); raises pydantic's ValidationError if a stage's record does
         not match the schema (a bug: the schema, not the stage, says what a trace holds)."""
         cited = {c.chunk_id for c in self.citations if c.valid}
         bundle_of = {e.candidate.chunk_id: e.bundle_id for e in self.evidence}
@@ -262,7 +262,7 @@ class Pipeline:
         reader_model: ReaderModel | None = None,
         reading_encoder: Embedder | None = None,
     ) -> None:
-        from rag.rerank import load_reranker
+        from rag.models.rerankers import load_reranker
 
         self.settings = settings
         reader = reader or open_index_reader(settings)
@@ -281,7 +281,7 @@ class Pipeline:
             reading_query_vector=self.reading_query_vector,
         )
         if llm is None and settings.llm_configured:
-            from rag.llm import LLMClient
+            from rag.llm.client import LLMClient
 
             llm = LLMClient.from_settings(settings)
         self.llm: LLM | None = llm
@@ -419,7 +419,7 @@ class Pipeline:
         return self.scoring.sentence_vector_lookup(evidence)
 
     def reading_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
-        """The reading encoder's vectors of evidence sentences, by ``rag.sentences.reading_text``."""
+        """The reading encoder's vectors of evidence sentences, by ``rag.models.sentences.reading_text``."""
         return self.scoring.reading_vector_lookup(evidence)
 
     def reading_query_vectors(self, texts: Sequence[str]) -> list[np.ndarray]:

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rag import status
 from rag.stages.citations import cited_ids
+from rag.traces import status
 from ui import answer_text
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
@@ -282,7 +282,7 @@ def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def citations_checked(trace: dict[str, Any]) -> bool:
-    """The one condition for the green "Citations checked" badge (``rag.status.citations_checked``)."""
+    """The one condition for the green "Citations checked" badge (``rag.traces.status.citations_checked``)."""
     return status.citations_checked(trace)
 
 

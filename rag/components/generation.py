@@ -1,4 +1,4 @@
-"""Generation: the prompt, and the answer: the model's (rag/generation.py) when the request has an LLM, else
+"""Generation: the prompt, and the answer: the model's (rag/llm/generation.py) when the request has an LLM, else
 (and when the model fails) quoted evidence (rag/stages/extractive.py)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rag.stages.answer_check import unanswered
 from rag.stages.citations import is_model_answer
 from rag.stages.extractive import extractive_answer
 from rag.stages.prompt import build_prompt
-from rag.stages.reading import Reading
+from rag.stages.read import Reading
 from rag.types import Evidence, Generated, Intent
 
 # The weight of a sentence's passage in choosing the quote that answers (dev + sample accuracy 44/70 at 0,
@@ -144,7 +144,7 @@ class Generate:
         if state.abstention is not None:
             return Generated(text="", model="none")
         if llm is not None:
-            from rag.generation import generate
+            from rag.llm.generation import generate
 
             assert state.prompt is not None
             s = self.settings

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 from rag.components.retrieval import QueryVectors
 from rag.request import State
-from rag.stages.followup import Standalone, standalone, standalone_with_llm
 from rag.stages.intents import split_intents
+from rag.stages.standalone import Standalone, standalone, standalone_with_llm
 from rag.types import Intent
 
 
 class StandaloneQuestion:
-    """A follow-up is searched and answered as the question it stands for (rag/stages/followup.py);
+    """A follow-up is searched and answered as the question it stands for (rag/stages/standalone.py);
     ``enabled=False`` (ablate=followup) keeps the question as asked and says so in the trace."""
 
     name = "standalone"

@@ -1,4 +1,4 @@
-"""The reader: which evidence sentence states what each part of the question asks (rag/stages/reading.py).
+"""The reader: which evidence sentence states what each part of the question asks (rag/stages/read.py).
 The answer quotes those sentences, a part with none is unanswered, and the "Citations checked" badge needs each
 quoted one to clear the support bar."""
 
@@ -12,8 +12,8 @@ from rag.components.scoring import Scoring
 from rag.request import State
 from rag.stages.budget import score_of
 from rag.stages.extractive import evidence_sentences
-from rag.stages.packing import edge_pack, number_evidence
-from rag.stages.reading import Reading, read, reader_coverage, trim_bundles
+from rag.stages.pack import edge_pack, number_evidence
+from rag.stages.read import Reading, read, reader_coverage, trim_bundles
 from rag.types import Evidence, Intent
 
 

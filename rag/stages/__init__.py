@@ -10,14 +10,14 @@ from rag.stages.abstention import (
     decide_abstention,
 )
 from rag.stages.budget import apply_budget
-from rag.stages.bundling import ChunkLookup, bundle_dependencies
+from rag.stages.bundle import ChunkLookup, bundle_dependencies
 from rag.stages.citations import check_citations, parse_citations
 from rag.stages.dedup import remove_near_duplicates
 from rag.stages.extractive import extractive_answer
-from rag.stages.fusion import Hit, merge_intents, rrf_fuse
 from rag.stages.intents import split_intents
-from rag.stages.packing import edge_pack, number_evidence
+from rag.stages.pack import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
+from rag.stages.retrieve import Hit, merge_intents, rrf_fuse
 
 __all__ = [
     "Abstention",

@@ -7,10 +7,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rag.lexicon import BE, CARDINAL_PATTERN, FREQUENCIES, MODALS, MONTH_PATTERN, MONTHS
 from rag.stages.budget import intents_of, score_of
 from rag.stages.claims import COMMON_CAPS, Quantity, quantities
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
+from rag.text.lexicon import BE, CARDINAL_PATTERN, FREQUENCIES, MODALS, MONTH_PATTERN, MONTHS
 from rag.types import Candidate, Evidence, Generated, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"

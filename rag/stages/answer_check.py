@@ -1,5 +1,5 @@
 """Does the answer address each part of the question? One check for the trace's ``answer_check``, the note that
-names the parts left unanswered, and so the label ("Answers only part of the question": rag/status.py).
+names the parts left unanswered, and so the label ("Answers only part of the question": rag/traces/status.py).
 
 A part is addressed when a sentence of the answer names its words (``rag.stages.extractive.check_addresses``),
 or, with the reader, when a sentence the answer quotes clears the reader's answer bar for it: the reader is what
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rag.stages.extractive import address_report, check_addresses
-from rag.stages.reading import Reading, reader_support
+from rag.stages.read import Reading, reader_support
 from rag.types import Intent
 
 

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rag.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
-from rag.sentences import sentence_units
+from rag.models.sentences import sentence_units
 from rag.stages.citations import claim_key, is_sources_line, lexical_support, parse_citations
 from rag.text import bm25_tokens, normalize
+from rag.text.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
 from rag.types import Evidence
 
 Verdict = Literal["supported", "unsupported", "contradicted", "uncited"]

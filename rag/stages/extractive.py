@@ -12,11 +12,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from rag.lexicon import READER_CARDINALS
-from rag.sentences import chunk_heading, heading_parts
+from rag.models.dependency import DependencyModel
+from rag.models.sentences import chunk_heading, heading_parts
 from rag.stages.abstention import quote_user_text
-from rag.stages.excerpts import DependencyModel
 from rag.text import bm25_tokens, collapse_ws, split_sentences
+from rag.text.lexicon import READER_CARDINALS
 from rag.types import Chunk, Evidence, Excerpt, Generated, Intent
 
 MODEL = "extractive"
@@ -343,7 +343,7 @@ def extractive_answer(
 ) -> Generated:
     """Quote, for each intent (in intent order), an excerpt of the passage holding its best evidence sentence, under
     the passage's heading and followed by its [n]: the sentence with the sentences its meaning depends on
-    (``dependency``, ``rag.stages.excerpts``; without one, the sentence alone).
+    (``dependency``, ``rag.models.dependency``; without one, the sentence alone).
 
     Up to ``max_sentences`` chosen sentences in total: after one per intent, near-ties of an intent's best sentence
     may follow it. ``score(query, sentences)`` returns one score per sentence. An intent with nothing above

@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rag.lexicon import NEGATIONS, STOPWORDS
 from rag.text import bm25_token_set, bm25_tokens, split_sentences
+from rag.text.lexicon import NEGATIONS, STOPWORDS
 from rag.types import Candidate, Chunk
 
 STAGE = "hop"

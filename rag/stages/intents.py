@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from rag.lexicon import AUXILIARIES, BE, WH_WORDS
 from rag.text import bm25_tokens, normalize
+from rag.text.lexicon import AUXILIARIES, BE, WH_WORDS
 from rag.types import Intent
 
 

@@ -5,11 +5,11 @@ filter is a required argument: there is no unfiltered search). Some backends als
 fusion in one round trip (``HybridSearch``, Qdrant's Query API); the reader asks the stores for the legs and
 never which backend holds them. Implementations:
 
-- ``rag.stores.memory``: in-process BM25 (``rag.lexical``) and the dense matrix of an embedded generation,
+- ``rag.stores.memory``: in-process BM25 (``rag.stores.bm25``) and the dense matrix of an embedded generation,
   filtered with numpy masks; ``Bm25Writer`` writes the BM25 files of every generation.
 - ``rag.stores.qdrant``: the Qdrant point layout (dense vector, sparse BM25 vector, payload) and its searches,
   the same calls against embedded Qdrant or a server; ``EmbeddedQdrantWriter`` writes an embedded generation.
-- ``rag.qdrant_server``: ``ServerIndexWriter`` (blue/green collections) and the server's store backend.
+- ``rag.stores.qdrant_server``: ``ServerIndexWriter`` (blue/green collections) and the server's store backend.
 
 ``tests/stores/`` holds the contract suite every implementation passes.
 """
@@ -161,7 +161,7 @@ def fused_candidates(
 
 # ----------------------------------------------------------------------------- writing
 class PublishedGeneration(Protocol):
-    """What a writer needs to know about the published generation (``rag.index.Manifest`` is one)."""
+    """What a writer needs to know about the published generation (``rag.stores.index.Manifest`` is one)."""
 
     @property
     def generation(self) -> str: ...
@@ -190,7 +190,7 @@ class GenerationBuild:
 
 class IndexWriter(Protocol):
     """Writes one store's part of a generation. Ingestion writes every part into the staging folder, publishes
-    the folder (``rag.index.publish``), then publishes each part; readers follow ``CURRENT``."""
+    the folder (``rag.stores.index.publish``), then publishes each part; readers follow ``CURRENT``."""
 
     def is_stale(self, published: PublishedGeneration) -> bool:
         """True when this part of the published generation must be rebuilt even though no document changed."""

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from rag.errors import IndexUnavailableError, IngestError, RetrievalError
-from rag.lexical import average_length
 from rag.stores import GenerationBuild, Hit, Legs, PublishedGeneration
+from rag.stores.bm25 import average_length
 from rag.stores.qdrant import (
     DENSE,
     NO_TAGS,

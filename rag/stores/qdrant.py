@@ -2,7 +2,7 @@
 
 Every chunk is one point (id derived from its chunk id) carrying a dense vector ``dense``, a sparse vector
 ``bm25`` and the chunk as payload, with the filter fields ``effective_ord``/``expires_ord``/``tags_f``. These calls
-run against a server (``rag.qdrant_server``) and against the embedded qdrant-client store (a ``qdrant/`` folder)
+run against a server (``rag.stores.qdrant_server``) and against the embedded qdrant-client store (a ``qdrant/`` folder)
 that generations of the previous release carry, which readers still serve; embedded generations are now
 written for Qdrant Edge (``rag.stores.edge``, the same layout and searches in the engine's own types).
 
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from rag.errors import IndexUnavailableError, RetrievalError
-from rag.lexical import K1, B
 from rag.stores import Hit, Legs, chunk_to_dict
+from rag.stores.bm25 import K1, B
 from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
 
 COLLECTION = "chunks"  # the collection inside a generation's ``qdrant/`` folder (the previous release)

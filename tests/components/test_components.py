@@ -13,7 +13,7 @@ import pytest
 from rag.components import REMOVES_STAGE, build_stages
 from rag.components.retrieval import QUERY_CACHE_SIZE, Models, QueryVectors
 from rag.config import ABLATIONS, load_settings
-from rag.embedder import Embedder
+from rag.models.embedder import Embedder
 from rag.pipeline import Pipeline, Question
 from rag.types import Principal
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.rerank import FEATURE_NAMES, FeatureModel
-from tests.rerank.fakes import PASSAGES, HashEmbedder, make_chunk
+from rag.models.rerankers import FEATURE_NAMES, FeatureModel
+from tests.models.fakes import PASSAGES, HashEmbedder, make_chunk
 
 
 def test_training_metrics_and_fusion() -> None:
+    from evaluation.metrics import ndcg_at, recall_at
     from evaluation.rerank_train import rrf_candidates
-    from rag.metrics import ndcg_at, recall_at
 
     rel = frozenset({"a", "b"})
     assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(1.0)
@@ -170,7 +170,7 @@ def test_train_an_earlier_feature_set_reads_no_reading_vectors(tmp_path: Path) -
 
 def test_feature_sets_and_their_ablations() -> None:
     from evaluation.rerank_train import MODEL_FEATURES, V1_FEATURES, V2_FEATURES, ablations
-    from rag.rerank import READING_FEATURES, SENTENCE_FEATURES
+    from rag.models.rerankers import READING_FEATURES, SENTENCE_FEATURES
 
     assert MODEL_FEATURES["features-v3"] == FEATURE_NAMES
     assert set(FEATURE_NAMES) - set(V2_FEATURES) == READING_FEATURES

@@ -336,7 +336,7 @@ class OnlyRerank:
         self.queries: list[str] = []
 
     def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
-        from rag.rerank import NoReranker
+        from rag.models.rerankers import NoReranker
 
         self.queries.append(question)
         return NoReranker().rerank(question, candidates)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
+from rag.stages.bundle import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
     AboutIndex,
     bridge_terms,

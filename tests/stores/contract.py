@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from rag.config import Settings
-from rag.index import IndexReader, current_generation, generation_dir
-from rag.qdrant_server import open_index_reader, open_index_writers
-from rag.stages.fusion import rrf_fuse
+from rag.stages.retrieve import rrf_fuse
 from rag.stores import Hit
+from rag.stores.index import IndexReader, current_generation, generation_dir
+from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
 from rag.types import Chunk, Principal, SearchFilter
 from tests.stores.corpus import TODAY, Written, make_corpus, vectors_for, write_generation

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.index import GENERATIONS, Manifest, index_root, publish, save_chunks
-from rag.lexical import average_length
 from rag.stores import GenerationBuild, IndexWriter
+from rag.stores.bm25 import average_length
+from rag.stores.index import GENERATIONS, Manifest, index_root, publish, save_chunks
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Chunk
 

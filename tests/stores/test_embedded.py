@@ -13,9 +13,9 @@ import pytest
 
 from rag.config import load_settings
 from rag.errors import IndexUnavailableError
-from rag.index import IndexReader, Manifest, generation_dir
-from rag.qdrant_server import open_index_reader, open_index_writers
 from rag.stores.edge import shard_path
+from rag.stores.index import IndexReader, Manifest, generation_dir
+from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
 from tests.stores.contract import FILTERS, Deployment, StoreContract, query_vector, write
 from tests.stores.corpus import make_corpus

@@ -1,0 +1,453 @@
+"""The reader: for every sentence of the final evidence, the probability that it states what an intent asks.
+
+Ranking reads passages by topic; an answer needs the sentence that states the asked-for fact. The reader is one
+learned model over (intent, sentence) pairs, trained by ``python -m evaluation.reader_train`` on sentence-level
+labels (gold quotes against the other evidence sentences, near misses as negatives) and shipped as
+``rag/models/reader.json``. Its features cost dot products and set lookups: the sentence vectors were embedded at
+ingestion, the intent's vector is the cached query vector. Each sentence is read with its context: the sentence
+before it, its passage (title, section path, the centroid of its sentences) and its passage's rerank score.
+
+Every stage that needs "does the evidence answer this?" reads the same probabilities: the extractive answer
+quotes the sentences that clear the answer bar, an intent with none is unanswered (a partial answer names it,
+no intent answered abstains), and the "Citations checked" badge needs every intent's quote to clear the bar.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from rag.errors import ConfigurationError
+from rag.models import MODELS_DIR
+from rag.models.sentences import reading_text
+from rag.stages.abstention import Coverage
+from rag.stages.extractive import EvidenceSentence, asks_for_number, has_number
+from rag.text import bm25_token_set, bm25_tokens, collapse_ws
+from rag.types import Bundle, Dropped, Evidence, Intent
+
+DEFAULT_READER_MODEL = MODELS_DIR / "reader.json"
+
+FEATURES: tuple[str, ...] = (
+    "cos",  # the sentence's vector against the intent's
+    "cos_gap",  # ... minus the best sentence's
+    "cos_z",  # ... standardised over this evidence's sentences
+    "cos_rr",  # 1 / its rank by cos
+    "cos_before",  # the sentence before it (0 for a passage's first)
+    "cos_passage",  # its passage's sentence centroid
+    "coverage",  # share of the intent's words it holds
+    "coverage_idf",  # ... weighted by IDF over the evidence's sentences
+    "coverage_idf_rr",  # 1 / its rank by coverage_idf
+    "context_idf",  # IDF share of the intent's words in it, the sentence before and its heading together
+    "heading_idf",  # IDF share of the intent's words in its title and section path
+    "bigram",  # share of the intent's word pairs it holds in order
+    "asks_number",  # the intent asks how many / how long / how much / when
+    "number_match",  # ... and the sentence states a number
+    "has_number",
+    "is_question",  # a question in the evidence (an FAQ's question is not its answer)
+    "opens_list",  # ends with ":" (introduces steps or a list)
+    "list_item",  # a bullet or numbered step
+    "first",  # the first sentence of its passage
+    "position",  # its place in the passage, 0..1
+    "log_words",
+    "passage_score",  # its passage's rerank score
+    "passage_gap",  # ... minus the best passage's
+    "passage_rr",  # 1 / its passage's rank by rerank score
+    "ce",  # the cross-encoder's logit for (intent, heading: sentence); the lowest read where not read
+    "ce_gap",  # ... minus the best sentence's
+    "ce_rr",  # 1 / its rank by the cross-encoder (0 where not read)
+    "ce_read",  # the cross-encoder read it (one of the PREFILTER best by cos or by coverage_idf)
+)
+PREFILTER = 8  # the cross-encoder reads the union of the 8 best sentences by cosine and by IDF coverage
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\uf0b7]|\d+[.)]|[a-z][.)])\s")
+
+
+def _rr(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(-values, kind="stable")
+    out = np.empty(len(values))
+    out[order] = 1.0 / np.arange(1, len(values) + 1)
+    return out
+
+
+def _idf(sentences: Sequence[EvidenceSentence]) -> Callable[[str], float]:
+    df = Counter(t for s in sentences for t in s.tokens)
+    n = len(sentences)
+    return lambda t: math.log(1.0 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5))
+
+
+def _share(weights: Mapping[str, float], present: frozenset[str] | set[str]) -> float:
+    total = sum(weights.values())
+    return sum(w for t, w in weights.items() if t in present) / total if total > 0 else 0.0
+
+
+def reader_features(
+    intent: str,
+    sentences: Sequence[EvidenceSentence],
+    *,
+    query_vector: np.ndarray,
+    vectors: np.ndarray,
+    before_vectors: np.ndarray,
+    passage_vectors: Mapping[int, np.ndarray],
+    passage_scores: Mapping[int, float],
+) -> np.ndarray:
+    """(sentences x FEATURES) for one intent. ``vectors`` and ``before_vectors`` are L2-normalised, one row per
+    sentence (a zero row where a sentence has no sentence before it); ``passage_vectors`` and ``passage_scores``
+    are keyed by evidence number."""
+    m = len(sentences)
+    x = np.zeros((m, len(FEATURES)))
+    if m == 0:
+        return x
+    col = {name: i for i, name in enumerate(FEATURES)}
+    q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+    cos = vectors @ q
+    x[:, col["cos"]] = cos
+    x[:, col["cos_gap"]] = cos - cos.max()
+    x[:, col["cos_z"]] = (cos - cos.mean()) / (cos.std() or 1.0)
+    x[:, col["cos_rr"]] = _rr(cos)
+    x[:, col["cos_before"]] = before_vectors @ q
+    x[:, col["cos_passage"]] = [
+        float(passage_vectors[s.n] @ q) if s.n in passage_vectors else 0.0 for s in sentences
+    ]
+    q_tokens = bm25_tokens(intent)
+    wanted = list(dict.fromkeys(q_tokens))
+    idf = _idf(sentences)
+    weights = {t: idf(t) for t in wanted}
+    pairs = set(zip(q_tokens, q_tokens[1:], strict=False))
+    numeric = asks_for_number(intent)
+    x[:, col["asks_number"]] = numeric
+    scores = np.array([passage_scores.get(s.n, 0.0) for s in sentences])
+    best_score = max(passage_scores.values()) if passage_scores else 0.0
+    passage_rank = {
+        n: rank for rank, n in enumerate(sorted(passage_scores, key=lambda k: -passage_scores[k]), 1)
+    }
+    counts = Counter(s.n for s in sentences)
+    for i, s in enumerate(sentences):
+        if wanted:
+            x[i, col["coverage"]] = sum(t in s.tokens for t in wanted) / len(wanted)
+            x[i, col["coverage_idf"]] = _share(weights, s.tokens)
+            context = s.tokens | bm25_token_set(s.before) | bm25_token_set(s.heading)
+            x[i, col["context_idf"]] = _share(weights, context)
+            x[i, col["heading_idf"]] = _share(weights, bm25_token_set(s.heading))
+        if pairs:
+            own = bm25_tokens(s.text)
+            x[i, col["bigram"]] = len(pairs & set(zip(own, own[1:], strict=False))) / len(pairs)
+        number = has_number(s.text)
+        x[i, col["has_number"]] = number
+        x[i, col["number_match"]] = numeric and number
+        x[i, col["is_question"]] = s.asks
+        x[i, col["opens_list"]] = s.text.rstrip().endswith(":")
+        x[i, col["list_item"]] = bool(_LIST_ITEM.match(s.text))
+        x[i, col["first"]] = s.position == 0
+        x[i, col["position"]] = s.position / max(1, counts[s.n] - 1)
+        x[i, col["log_words"]] = math.log1p(len(s.text.split()))
+        x[i, col["passage_rr"]] = 1.0 / passage_rank.get(s.n, len(passage_rank) + 1)
+    x[:, col["coverage_idf_rr"]] = _rr(x[:, col["coverage_idf"]])
+    x[:, col["passage_score"]] = scores
+    x[:, col["passage_gap"]] = scores - best_score
+    return x
+
+
+def prefiltered(x: np.ndarray, k: int = PREFILTER) -> list[int]:
+    """The sentences the cross-encoder reads: the union of the ``k`` best by cosine and by IDF coverage."""
+    cos, cov = x[:, FEATURES.index("cos")], x[:, FEATURES.index("coverage_idf")]
+    return sorted(
+        set(np.argsort(-cos, kind="stable")[:k].tolist()) | set(np.argsort(-cov, kind="stable")[:k].tolist())
+    )
+
+
+def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[float]) -> np.ndarray:
+    """``x`` with the cross-encoder columns filled from the logits of the sentences ``read``."""
+    x = x.copy()
+    col = {name: i for i, name in enumerate(FEATURES)}
+    if not read:
+        return x
+    values = np.asarray(logits, dtype=float)
+    ce = np.full(len(x), values.min())
+    ce[list(read)] = values
+    x[:, col["ce"]] = ce
+    x[:, col["ce_gap"]] = ce - values.max()
+    rr = np.zeros(len(x))
+    rr[list(read)] = _rr(values)
+    x[:, col["ce_rr"]] = rr
+    x[:, col["ce_read"]] = 0.0
+    x[list(read), col["ce_read"]] = 1.0
+    return x
+
+
+@dataclass(frozen=True)
+class ReaderModel:
+    """A logistic model over standardised FEATURES, with the bars calibrated on the tune splits.
+
+    ``answer_bar``: a sentence at or above it states what was asked (below it for every sentence, the intent is
+    unanswered). ``support_bar``: the lowest probability a quoted sentence may have for the answer to carry
+    "Citations checked". ``keep_ratio``: a further sentence joins an intent's answer when its probability is at
+    least this share of the intent's best.
+    """
+
+    features: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    answer_bar: float
+    support_bar: float
+    keep_ratio: float = 0.5
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        if x.shape[1] != len(self.features):
+            raise ValueError(f"{x.shape[1]} feature columns for a model of {len(self.features)}")
+        z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "mean": self.mean.round(6).tolist(),
+            "scale": self.scale.round(6).tolist(),
+            "coef": self.coef.round(6).tolist(),
+            "intercept": round(self.intercept, 6),
+            "answer_bar": self.answer_bar,
+            "support_bar": self.support_bar,
+            "keep_ratio": self.keep_ratio,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReaderModel:
+        features = tuple(data["features"])
+        if features != FEATURES:
+            raise ConfigurationError(
+                "The reader model was trained on other features than this version computes.",
+                hint="Retrain it: python -m evaluation.reader_train.",
+            )
+        return cls(
+            features,
+            np.asarray(data["mean"], dtype=float),
+            np.asarray(data["scale"], dtype=float),
+            np.asarray(data["coef"], dtype=float),
+            float(data["intercept"]),
+            float(data["answer_bar"]),
+            float(data["support_bar"]),
+            float(data.get("keep_ratio", 0.5)),
+            dict(data.get("meta", {})),
+        )
+
+    @classmethod
+    def load(cls, path: Path = DEFAULT_READER_MODEL) -> ReaderModel:
+        if not path.is_file():
+            raise ConfigurationError(
+                f"No reader model at {path}.", hint="Train it: python -m evaluation.reader_train."
+            )
+        return cls.from_json(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The reader's probabilities, one row per intent (in intent order), one column per evidence sentence."""
+
+    probabilities: np.ndarray
+    sentences: tuple[EvidenceSentence, ...]
+    answer_bar: float
+    support_bar: float
+    keep_ratio: float
+
+    def best(self, row: int) -> float:
+        return float(self.probabilities[row].max()) if self.probabilities.shape[1] else 0.0
+
+    def answered(self, row: int) -> bool:
+        return self.best(row) >= self.answer_bar
+
+    def to_json(self, top: int = 3) -> dict[str, Any]:
+        """What the trace keeps: each intent's best probability and its top sentences."""
+        sentences = self.sentences
+        out = []
+        for row in range(self.probabilities.shape[0]):
+            p = self.probabilities[row]
+            order = np.argsort(-p, kind="stable")[:top]
+            out.append(
+                {
+                    "best": round(self.best(row), 4),
+                    "answered": self.answered(row),
+                    "top": [
+                        {"n": sentences[i].n, "p": round(float(p[i]), 4), "sentence": sentences[i].text}
+                        for i in order
+                    ],
+                }
+            )
+        return {"answer_bar": self.answer_bar, "support_bar": self.support_bar, "intents": out}
+
+
+class VectorLookup(Protocol):
+    """Evidence sentences' vectors by text (L2-normalised rows). ``stored_only``: a text not embedded at ingestion
+    (a heading before a sentence) gets a zero row instead of being embedded now."""
+
+    def __call__(self, texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray: ...
+
+
+CrossEncode = Callable[[str, Sequence[str]], Sequence[float]]  # (intent, texts) -> one logit per text
+
+
+def intent_features(
+    intents: Sequence[str],
+    sentences: Sequence[EvidenceSentence],
+    *,
+    query_vectors: Sequence[np.ndarray],
+    vectors: VectorLookup,
+    passage_scores: Mapping[int, float],
+    cross_encoder: CrossEncode | None = None,
+) -> list[np.ndarray]:
+    """One (sentences x FEATURES) matrix per intent: what ``read`` scores and what the reader is trained on
+    (``query_vectors``: one per intent; ``cross_encoder(intent, texts)``: logits for the ``prefiltered``
+    sentences, in ``reading_text`` form)."""
+    if not sentences:
+        return [np.zeros((0, len(FEATURES))) for _ in intents]
+    sv = vectors([reading_text(s.heading, s.text) for s in sentences])
+    bv = np.zeros_like(sv)
+    known = [i for i, s in enumerate(sentences) if s.before]
+    if known:  # the sentence before is context, never worth embedding at query time
+        bv[known] = vectors(
+            [reading_text(sentences[i].heading, sentences[i].before) for i in known], stored_only=True
+        )
+    passage_vectors: dict[int, np.ndarray] = {}
+    for n in dict.fromkeys(s.n for s in sentences):
+        centroid = sv[[i for i, s in enumerate(sentences) if s.n == n]].mean(axis=0)
+        passage_vectors[n] = centroid / (float(np.linalg.norm(centroid)) or 1.0)
+    out = []
+    for intent, qv in zip(intents, query_vectors, strict=True):
+        x = reader_features(
+            intent,
+            sentences,
+            query_vector=qv,
+            vectors=sv,
+            before_vectors=bv,
+            passage_vectors=passage_vectors,
+            passage_scores=passage_scores,
+        )
+        if cross_encoder is not None:
+            chosen = prefiltered(x)
+            texts = [reading_text(sentences[i].heading, sentences[i].text) for i in chosen]
+            x = with_cross_encoder(x, chosen, cross_encoder(intent, texts))
+        out.append(x)
+    return out
+
+
+def read(
+    intents: Sequence[str],
+    sentences: Sequence[EvidenceSentence],
+    *,
+    model: ReaderModel,
+    query_vectors: Sequence[np.ndarray],
+    vectors: VectorLookup,
+    passage_scores: Mapping[int, float],
+    cross_encoder: CrossEncode | None = None,
+) -> Reading:
+    """The probability that each sentence states what each intent asks (``intent_features``' arguments)."""
+    if not sentences:
+        return Reading(np.zeros((len(intents), 0)), (), model.answer_bar, model.support_bar, model.keep_ratio)
+    features = intent_features(
+        intents,
+        sentences,
+        query_vectors=query_vectors,
+        vectors=vectors,
+        passage_scores=passage_scores,
+        cross_encoder=cross_encoder,
+    )
+    rows = [model.probabilities(x) for x in features]
+    return Reading(np.vstack(rows), tuple(sentences), model.answer_bar, model.support_bar, model.keep_ratio)
+
+
+def reader_coverage(coverage: Coverage, intents: Sequence[Intent], reading: Reading) -> Coverage:
+    """The coverage after reading: an intent no evidence sentence answers (every probability below the answer
+    bar) joins the uncovered ones; when none is left covered, the answer abstains."""
+    uncovered = list(coverage.uncovered)
+    missed = []
+    for row, intent in enumerate(intents):
+        if intent not in uncovered and not reading.answered(row):
+            uncovered.append(intent)
+            missed.append(f'"{intent.text}" (best {reading.best(row):.2f})')
+    if not missed:
+        return coverage
+    reason = (
+        f"no evidence sentence states what was asked, at the reader's bar {reading.answer_bar:.2f}: "
+        + "; ".join(missed)
+    )
+    ordered = tuple(i for i in intents if i in uncovered)
+    if len(ordered) == len(intents):
+        return Coverage(True, ordered, reason)
+    return Coverage(coverage.abstain, ordered, coverage.reason or reason)
+
+
+def reader_support(
+    answer: str,
+    intents: Sequence[Intent],
+    reading: Reading,
+    report: Mapping[str, Any],
+    *,
+    grounds: Sequence[str] = (),
+) -> dict[str, Any]:
+    """``report`` (the answer check) with each intent's reader support: the best probability among the evidence
+    sentences the answer quotes (or, for a paraphrase, ``grounds``: the evidence sentences its claims rest on),
+    and that sentence (``quote``).
+    ``complete`` then also needs every intent supported, so "Citations checked" is never shown on an answer
+    whose quotes the reader does not vouch for."""
+    sentences = reading.sentences
+    said = collapse_ws(answer).lower()
+    grounded = {collapse_ws(g).lower() for g in grounds}
+    used = [
+        i
+        for i, s in enumerate(sentences)
+        if collapse_ws(s.text).lower() in said or collapse_ws(s.text).lower() in grounded
+    ]
+    checks = []
+    for row, check in enumerate(report.get("intents", [])):
+        p = reading.probabilities[row] if row < len(intents) else np.zeros(len(sentences))
+        best = max(used, key=p.__getitem__, default=None)
+        support = float(p[best]) if best is not None else 0.0
+        checks.append(
+            {
+                **check,
+                "support": round(support, 4),
+                "supported": support >= reading.support_bar,
+                "quote": sentences[best].text if best is not None else None,
+            }
+        )
+    complete = bool(report.get("complete")) and bool(checks) and all(c["supported"] for c in checks)
+    return {**report, "complete": complete, "intents": checks}
+
+
+def trim_bundles(
+    bundles: Sequence[Bundle], evidence: Sequence[Evidence], reading: Reading, *, cut: float, keep: int
+) -> tuple[list[Bundle], list[Dropped]]:
+    """The smallest evidence that covers the question: once every intent has a sentence above the answer bar, a
+    bundle (ranked best first) whose best sentence, for any intent, is below ``cut`` x the best sentence's
+    probability leaves the evidence. The ``keep`` best bundles and every bundle holding an intent's best
+    sentence stay; a bundle stays whole (a rule with its exception, a chain's links)."""
+    rows = range(reading.probabilities.shape[0])
+    if not cut or not len(reading.sentences) or not all(reading.answered(r) for r in rows):
+        return list(bundles), []
+    bundle_of = {e.n: e.bundle_id for e in evidence}
+    best: dict[int, float] = {}
+    holds_best: set[int] = set()
+    for r in rows:
+        p = reading.probabilities[r]
+        holds_best.add(bundle_of[reading.sentences[int(np.argmax(p))].n])
+        for s, value in zip(reading.sentences, p, strict=True):
+            b = bundle_of[s.n]
+            best[b] = max(best.get(b, 0.0), float(value))
+    top = max(best.values())
+    kept, dropped = [], []
+    for rank, bundle in enumerate(bundles):
+        if rank < keep or bundle.bundle_id in holds_best or best.get(bundle.bundle_id, 0.0) >= cut * top:
+            kept.append(bundle)
+        else:
+            dropped += [Dropped(m.chunk_id, "reader_cut", "read") for m in bundle.members]
+    return kept, dropped
