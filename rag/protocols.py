@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from rag.llm.generation import ChatModel
+from rag.stages.generate import ChatModel
 from rag.types import Candidate
 
 
@@ -30,7 +30,7 @@ class Reranker(Protocol):
 
 
 # The LLM client: what the generation modes and the claim repair call (``complete`` with the model's name and
-# token limit). One definition, in rag/llm/generation.py, so the two can never drift apart.
+# token limit). One definition, in rag/stages/generate.py, so the two can never drift apart.
 LLM = ChatModel
 
 

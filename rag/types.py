@@ -223,7 +223,7 @@ class Generated:
 
 
 class Completes(Protocol):
-    """What a stage needs of an LLM client (``rag.llm.generation.ChatModel`` extends it; ``rag.llm.client.LLMClient`` or a
+    """What a stage needs of an LLM client (``rag.stages.generate.ChatModel`` extends it; ``rag.llm.client.LLMClient`` or a
     test double implements it)."""
 
     def complete(

@@ -1,4 +1,4 @@
-"""Generation: the prompt, and the answer: the model's (rag/llm/generation.py) when the request has an LLM, else
+"""Generation: the prompt, and the answer: the model's (rag/stages/generate.py) when the request has an LLM, else
 (and when the model fails) quoted evidence (rag/stages/extractive.py)."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class Generate:
         if state.abstention is not None:
             return Generated(text="", model="none")
         if llm is not None:
-            from rag.llm.generation import generate
+            from rag.stages.generate import generate
 
             assert state.prompt is not None
             s = self.settings

@@ -114,7 +114,7 @@ class Claims:
         if llm is None or not failed(checks):
             record["verified"] = verified(checks)
             return body + notice, checks, record, state.excerpts
-        from rag.llm.generation import repair_claims
+        from rag.stages.generate import repair_claims
 
         assert state.prompt is not None
         bad = failed(checks)

@@ -17,7 +17,7 @@ from rag.config import load_settings
 from rag.errors import ConfigurationError, GenerationError
 from rag.llm import serve as llm_serve
 from rag.llm.client import LLMClient, messages_for
-from rag.llm.generation import (
+from rag.stages.generate import (
     NOTHING_FOUND,
     GenerationResult,
     clean_notes,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rag.llm.generation import ChatModel
+from rag.stages.generate import ChatModel
 from rag.stages.standalone import (
     Standalone,
     check_rewrite,
