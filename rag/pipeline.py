@@ -22,9 +22,8 @@ from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
 from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
-from rag.stages.claims import ClaimCheck, verified
+from rag.stages.claims import verified
 from rag.stages.read import ReaderModel, VectorLookup
-from rag.stages.standalone import Standalone
 from rag.stores.index import IndexReader
 from rag.stores.qdrant_server import open_index_reader
 from rag.text import count_tokens
@@ -33,6 +32,7 @@ from rag.types import (
     Bundle,
     Candidate,
     Citation,
+    ClaimCheck,
     Dropped,
     Evidence,
     Excerpt,
@@ -40,6 +40,7 @@ from rag.types import (
     Intent,
     Prompt,
     StageRecord,
+    Standalone,
 )
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from rag.stages.generate import ChatModel
-from rag.types import Candidate
+from rag.types import Candidate, Completes
 
 
 class Reranker(Protocol):
@@ -29,8 +28,16 @@ class Reranker(Protocol):
         ...
 
 
+class ChatModel(Completes, Protocol):
+    """What the generation modes need from an LLM client (``rag.llm.client.LLMClient`` or a test double): its
+    ``complete`` (``rag.types.Completes``), its model id and its longest answer."""
+
+    model: str
+    max_tokens: int
+
+
 # The LLM client: what the generation modes and the claim repair call (``complete`` with the model's name and
-# token limit). One definition, in rag/stages/generate.py, so the two can never drift apart.
+# token limit). One definition, so the two can never drift apart.
 LLM = ChatModel
 
 
@@ -42,4 +49,4 @@ class TraceSink(Protocol):
         ...
 
 
-__all__ = ["LLM", "Reranker", "TraceSink"]
+__all__ = ["LLM", "ChatModel", "Reranker", "TraceSink"]

@@ -17,15 +17,14 @@ from typing import Any, Protocol, overload
 
 from rag.config import Settings
 from rag.protocols import LLM
-from rag.stages.abstention import Abstention, Coverage
-from rag.stages.claims import ClaimCheck
-from rag.stages.hops import Chain
-from rag.stages.read import Reading
-from rag.stages.standalone import Standalone
 from rag.types import (
+    Abstention,
     Bundle,
     Candidate,
+    Chain,
     Citation,
+    ClaimCheck,
+    Coverage,
     Dropped,
     Evidence,
     Excerpt,
@@ -33,8 +32,10 @@ from rag.types import (
     Intent,
     Principal,
     Prompt,
+    Reading,
     SearchFilter,
     StageRecord,
+    Standalone,
 )
 
 

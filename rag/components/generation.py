@@ -13,13 +13,12 @@ from rag.config import Settings
 from rag.errors import GenerationError
 from rag.protocols import LLM
 from rag.request import State
-from rag.stages.abstention import abstain, covered_intents, final_answer, partial_notice
+from rag.stages.abstention import abstain, final_answer, partial_notice
 from rag.stages.answer_check import unanswered
 from rag.stages.citations import is_model_answer
 from rag.stages.extractive import extractive_answer
 from rag.stages.prompt import build_prompt
-from rag.stages.read import Reading
-from rag.types import Evidence, Generated, Intent
+from rag.types import Evidence, Generated, Intent, Reading, covered_intents
 
 # The weight of a sentence's passage in choosing the quote that answers (dev + sample accuracy 44/70 at 0,
 # 45/70 at 0.3, 46/70 at 0.5; docs/evaluation.md). The abstention checks score sentences alone.

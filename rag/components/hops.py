@@ -13,7 +13,6 @@ from rag.stages.budget import score_of
 from rag.stages.hops import (
     HOP_NOTHING_NEW,
     AboutIndex,
-    Chain,
     follow_ups,
     followable,
     hop_frontier,
@@ -21,7 +20,7 @@ from rag.stages.hops import (
     link_chains,
     no_follow_up,
 )
-from rag.types import Candidate
+from rag.types import Candidate, Chain
 
 
 class Hops:

@@ -7,8 +7,8 @@ from dataclasses import replace
 from rag.components.retrieval import QueryVectors
 from rag.request import State
 from rag.stages.intents import split_intents
-from rag.stages.standalone import Standalone, standalone, standalone_with_llm
-from rag.types import Intent
+from rag.stages.standalone import standalone, standalone_with_llm
+from rag.types import Intent, Standalone
 
 
 class StandaloneQuestion:

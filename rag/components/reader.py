@@ -13,8 +13,8 @@ from rag.request import State
 from rag.stages.budget import score_of
 from rag.stages.extractive import evidence_sentences
 from rag.stages.pack import edge_pack, number_evidence
-from rag.stages.read import Reading, read, reader_coverage, trim_bundles
-from rag.types import Evidence, Intent
+from rag.stages.read import read, reader_coverage, trim_bundles
+from rag.types import Evidence, Intent, Reading
 
 
 class Read:

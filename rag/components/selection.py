@@ -12,7 +12,7 @@ from rag.components.retrieval import Models
 from rag.components.scoring import Scoring
 from rag.models.embedder import passage_text
 from rag.request import State
-from rag.stages.abstention import Coverage, check_answer_types, decide_abstention, vouched_evidence
+from rag.stages.abstention import check_answer_types, decide_abstention, vouched_evidence
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundle import bundle_dependencies, single_bundles
 from rag.stages.context import rank_by_section_context
@@ -20,7 +20,7 @@ from rag.stages.dedup import remove_near_duplicates
 from rag.stages.hops import bundle_chains, chain_links
 from rag.stages.pack import edge_pack, number_evidence
 from rag.stages.standalone import unmentioned
-from rag.types import Candidate
+from rag.types import Candidate, Coverage
 
 
 class Abstention:

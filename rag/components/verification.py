@@ -16,18 +16,10 @@ from rag.protocols import LLM
 from rag.request import State
 from rag.stages.answer_check import check_answer
 from rag.stages.citations import check_citations, repair_citations
-from rag.stages.claims import (
-    ClaimCheck,
-    add_missing_markers,
-    check_claims,
-    failed,
-    fallback_notice,
-    summary,
-    verified,
-)
+from rag.stages.claims import add_missing_markers, check_claims, failed, fallback_notice, summary, verified
 from rag.stages.confirm import ask, ask_parts, worth_asking
 from rag.text import collapse_ws
-from rag.types import Excerpt
+from rag.types import ClaimCheck, Excerpt
 
 
 class Citations:

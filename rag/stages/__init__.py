@@ -1,14 +1,7 @@
 """The pure, typed stages of the query path. The runner calls them in order and records timing and traces;
 no stage does I/O or logging."""
 
-from rag.stages.abstention import (
-    Abstention,
-    Coverage,
-    abstain,
-    abstention_text,
-    check_answer_types,
-    decide_abstention,
-)
+from rag.stages.abstention import abstain, abstention_text, check_answer_types, decide_abstention
 from rag.stages.budget import apply_budget
 from rag.stages.bundle import ChunkLookup, bundle_dependencies
 from rag.stages.citations import check_citations, parse_citations
@@ -18,6 +11,7 @@ from rag.stages.intents import split_intents
 from rag.stages.pack import edge_pack, number_evidence
 from rag.stages.prompt import build_prompt
 from rag.stages.retrieve import Hit, merge_intents, rrf_fuse
+from rag.types import Abstention, Coverage
 
 __all__ = [
     "Abstention",

@@ -11,41 +11,11 @@ from rag.stages.budget import intents_of, score_of
 from rag.stages.claims import COMMON_CAPS, Quantity, quantities
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.text.lexicon import BE, CARDINAL_PATTERN, FREQUENCIES, MODALS, MONTH_PATTERN, MONTHS
-from rag.types import Candidate, Evidence, Generated, Intent
+from rag.types import Abstention, Candidate, Coverage, Evidence, Generated, Intent
 
 NOT_ANSWERABLE = "I can't answer this from the policies you have access to"
 PARTIAL = "I could not find anything about"
 NOTHING_SELECTED = "no passage was retrieved"  # the reason when no evidence was selected and none was given
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How much of the question the passages found can answer.
-
-    ``abstain``: they answer none of it. ``uncovered``: the intents no passage answers (every intent when
-    abstaining). ``reason``: why, in words; None when every intent is covered. A partial ``reason`` is kept
-    although the answer does not abstain: it becomes the abstention's reason if no evidence is selected.
-    """
-
-    abstain: bool
-    uncovered: tuple[Intent, ...] = ()
-    reason: str | None = None
-
-    def covered(self, intents: Sequence[Intent]) -> list[Intent]:
-        """The intents the evidence is selected for (``covered_intents``)."""
-        return covered_intents(intents, self.uncovered)
-
-
-def covered_intents(intents: Sequence[Intent], uncovered: Sequence[Intent]) -> list[Intent]:
-    """The intents evidence is selected and quoted for: the covered ones, or all of them when none is."""
-    return [i for i in intents if i not in uncovered] or list(intents)
-
-
-@dataclass(frozen=True)
-class Abstention:
-    """The answer abstains; ``reason`` is what the user is told why (``abstain_reason`` in ``rag ask --json``)."""
-
-    reason: str
 
 
 def decide_abstention(

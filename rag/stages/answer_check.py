@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rag.stages.extractive import address_report, check_addresses
-from rag.stages.read import Reading, reader_support
-from rag.types import Intent
+from rag.stages.read import reader_support
+from rag.types import Intent, Reading
 
 
 def check_answer(

@@ -24,15 +24,13 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from rag.models.sentences import sentence_units
 from rag.stages.citations import claim_key, is_sources_line, lexical_support, parse_citations
 from rag.text import bm25_tokens, normalize
 from rag.text.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
-from rag.types import Evidence
+from rag.types import Claim, ClaimCheck, Evidence, Verdict
 
-Verdict = Literal["supported", "unsupported", "contradicted", "uncited"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "unsupported", "contradicted", "uncited")
 
 # (claim, passage sentences) -> cosine of the claim with each sentence, in order. None: lexical only.
@@ -42,47 +40,6 @@ SUPPORT_THRESHOLD = 0.35  # the citation check's support threshold (passage-leve
 MATCH_THRESHOLD = (
     0.45  # a sentence this similar to a claim is about the same thing: a conflict with it counts (tune split)
 )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One checkable statement of an answer."""
-
-    index: int
-    sentence: str  # as the model wrote it, markers included
-    text: str  # without markers, list bullets or an 'Answer:' prefix
-    cited: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ClaimCheck:
-    """The verdict on one claim and what it rests on."""
-
-    claim: Claim
-    verdict: Verdict
-    n: int | None  # the passage the verdict rests on (the supporting or contradicting one)
-    chunk_id: str | None
-    evidence_sentence: str | None  # the passage sentence the claim was compared with
-    score: float  # support score of passage n
-    reason: str
-    conflicts: tuple[str, ...] = ()
-    attributed: bool = False  # an uncited claim given the passage that supports it
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "index": self.claim.index,
-            "text": self.claim.text,
-            "sentence": self.claim.sentence,
-            "cited": list(self.claim.cited),
-            "verdict": self.verdict,
-            "n": self.n,
-            "chunk_id": self.chunk_id,
-            "evidence_sentence": self.evidence_sentence,
-            "score": round(float(self.score), 4),
-            "reason": self.reason,
-            "conflicts": list(self.conflicts),
-            "attributed": self.attributed,
-        }
 
 
 # ------------------------------------------------------------------------------------------ splitting

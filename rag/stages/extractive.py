@@ -17,7 +17,7 @@ from rag.models.sentences import chunk_heading, heading_parts
 from rag.stages.abstention import quote_user_text
 from rag.text import bm25_tokens, collapse_ws, split_sentences
 from rag.text.lexicon import READER_CARDINALS
-from rag.types import Chunk, Evidence, Excerpt, Generated, Intent
+from rag.types import Chunk, Evidence, EvidenceSentence, Excerpt, Generated, Intent
 
 MODEL = "extractive"
 NO_ANSWER = "The provided evidence does not answer this question."
@@ -42,24 +42,6 @@ _ASKS_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _HAS_NUMBER = re.compile(rf"\d|\b(?:{'|'.join(READER_CARDINALS)})\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class EvidenceSentence:
-    """A sentence of the final evidence that an answer may quote, with what the reader reads it in."""
-
-    text: str
-    n: int  # the passage it came from
-    tokens: frozenset[str]
-    table: int | None = None  # rows of one table share a number: one row answers, the others are near-copies
-    row: str = ""  # a table row's own text (``text`` is the row read with the table's first line)
-    asks: bool = False  # a question ("Does the budget roll over?"): an FAQ's answer is the sentence after it
-    position: int = 0  # its place among its passage's quotable sentences (0: the first)
-    before: str = ""  # the passage's sentence before it, heading or not ("" for the first): its context
-    heading: str = ""  # its passage's title and section path
-    after_heading: bool = False  # ``before`` is a heading: the first sentence under it
-    section: str = ""  # the nearest heading above it in its passage ("" when the passage opens without one)
-    span: tuple[int, int] = (0, 0)  # where it lies in its passage's text (a table row: the whole table)
 
 
 def looks_like_injection(sentence: str) -> bool:

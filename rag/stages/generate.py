@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from rag.errors import ConfigurationError, GenerationError
-from rag.types import Completes, Evidence, Generated, Prompt
+from rag.protocols import ChatModel
+from rag.types import Evidence, Generated, Prompt
 
 if TYPE_CHECKING:
     from rag.config import Settings
@@ -22,14 +23,6 @@ MODES = ("standard", "quote_then_answer", "map_reduce")
 
 # Map-reduce answers this without a reduce call when no group yielded a relevant fact.
 NOTHING_FOUND = "The provided passages do not contain the information needed to answer this question."
-
-
-class ChatModel(Completes, Protocol):
-    """What the generation modes need from an LLM client (``rag.llm.client.LLMClient`` or a test double): its
-    ``complete`` (``rag.types.Completes``), its model id and its longest answer."""
-
-    model: str
-    max_tokens: int
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 from rag.text import bm25_token_set, bm25_tokens, split_sentences
 from rag.text.lexicon import NEGATIONS, STOPWORDS
-from rag.types import Candidate, Chunk
+from rag.types import Candidate, Chain, Chunk
 
 STAGE = "hop"
-Chain = tuple[str, str, str]  # (child chunk id, parent chunk id, reason): two passages that belong together
 
 # Proper-name runs: capitalised words, optionally joined by short function words ("Bank of America",
 # "Kiss and Tell"); identifiers ("AC-2", "IR-6(1)", "SF-182", "Form T-7"); quoted titles; defined terms.

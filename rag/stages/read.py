@@ -28,10 +28,9 @@ import numpy as np
 from rag.errors import ConfigurationError
 from rag.models import MODELS_DIR
 from rag.models.sentences import reading_text
-from rag.stages.abstention import Coverage
-from rag.stages.extractive import EvidenceSentence, asks_for_number, has_number
+from rag.stages.extractive import asks_for_number, has_number
 from rag.text import bm25_token_set, bm25_tokens, collapse_ws
-from rag.types import Bundle, Dropped, Evidence, Intent
+from rag.types import Bundle, Coverage, Dropped, Evidence, EvidenceSentence, Intent, Reading
 
 DEFAULT_READER_MODEL = MODELS_DIR / "reader.json"
 
@@ -248,42 +247,6 @@ class ReaderModel:
                 f"No reader model at {path}.", hint="Train it: python -m evaluation.reader_train."
             )
         return cls.from_json(json.loads(path.read_text()))
-
-
-@dataclass(frozen=True)
-class Reading:
-    """The reader's probabilities, one row per intent (in intent order), one column per evidence sentence."""
-
-    probabilities: np.ndarray
-    sentences: tuple[EvidenceSentence, ...]
-    answer_bar: float
-    support_bar: float
-    keep_ratio: float
-
-    def best(self, row: int) -> float:
-        return float(self.probabilities[row].max()) if self.probabilities.shape[1] else 0.0
-
-    def answered(self, row: int) -> bool:
-        return self.best(row) >= self.answer_bar
-
-    def to_json(self, top: int = 3) -> dict[str, Any]:
-        """What the trace keeps: each intent's best probability and its top sentences."""
-        sentences = self.sentences
-        out = []
-        for row in range(self.probabilities.shape[0]):
-            p = self.probabilities[row]
-            order = np.argsort(-p, kind="stable")[:top]
-            out.append(
-                {
-                    "best": round(self.best(row), 4),
-                    "answered": self.answered(row),
-                    "top": [
-                        {"n": sentences[i].n, "p": round(float(p[i]), 4), "sentence": sentences[i].text}
-                        for i in order
-                    ],
-                }
-            )
-        return {"answer_bar": self.answer_bar, "support_bar": self.support_bar, "intents": out}
 
 
 class VectorLookup(Protocol):

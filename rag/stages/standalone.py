@@ -28,13 +28,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from rag.text import bm25_token_set, collapse_ws, count_tokens
 from rag.text.lexicon import AUXILIARIES, STOPWORDS, WH_WORDS
-from rag.types import Completes, Prompt
+from rag.types import Completes, Prompt, Standalone
 
 # Embeds short texts (spans of a question) as unit vectors, one row per text.
 Embed = Callable[[Sequence[str]], Sequence[np.ndarray]]
@@ -116,32 +115,6 @@ def _stems(text: str) -> frozenset[str]:
 def _content_stems(text: str) -> frozenset[str]:
     """Stems of the words that carry content, leaving out a question's frame ("how much", "do I")."""
     return _stems(" ".join(t.text for t in _tokens(text) if t.content and t.base not in _FRAME))
-
-
-@dataclass(frozen=True)
-class Standalone:
-    """What a question was searched and answered as. ``question`` equals ``asked`` when nothing was rewritten."""
-
-    asked: str
-    question: str
-    rewritten: bool
-    # "none" (no conversation), "self-contained", "repeat", "substitution", "substitution+addition",
-    # "addition", "reference", "condition", "llm", or "llm-rejected:<the offline method used instead>"
-    method: str
-    previous: str | None = None  # the standalone form of the user's previous turn it builds on
-    reason: str = ""
-    replaced: tuple[tuple[str, str, float], ...] = ()  # (previous span, new span, cosine) substitutions
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "asked": self.asked,
-            "question": self.question,
-            "rewritten": self.rewritten,
-            "method": self.method,
-            "previous": self.previous,
-            "reason": self.reason,
-            "replaced": [{"old": o, "new": n, "similarity": round(s, 4)} for o, n, s in self.replaced],
-        }
 
 
 def user_turns(history: Sequence[tuple[str, str]]) -> list[str]:

@@ -4,17 +4,14 @@ import pytest
 
 from rag.stages.abstention import (
     NOTHING_SELECTED,
-    Abstention,
-    Coverage,
     abstain,
     abstention_text,
     check_answer_types,
-    covered_intents,
     decide_abstention,
     final_answer,
     vouched_evidence,
 )
-from rag.types import Evidence, Generated, Intent
+from rag.types import Abstention, Coverage, Evidence, Generated, Intent, covered_intents
 from tests.stages.factories import make_candidate
 
 TWO = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]

@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 from rag.errors import ConfigurationError
-from rag.stages.abstention import Coverage
 from rag.stages.extractive import evidence_sentences
 from rag.stages.read import (
     DEFAULT_READER_MODEL,
     FEATURES,
     PREFILTER,
     ReaderModel,
-    Reading,
     prefiltered,
     read,
     reader_coverage,
@@ -26,7 +24,7 @@ from rag.stages.read import (
     with_cross_encoder,
 )
 from rag.text import bm25_tokens
-from rag.types import Evidence, Intent
+from rag.types import Coverage, Evidence, Intent, Reading
 from tests.stages.factories import make_candidate, make_chunk
 
 EVIDENCE = [

@@ -11,16 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rag.stages.generate import ChatModel
-from rag.stages.standalone import (
-    Standalone,
-    check_rewrite,
-    rewrite,
-    standalone,
-    standalone_with_llm,
-    subject,
-)
-from rag.types import Generated, Prompt
+from rag.protocols import ChatModel
+from rag.stages.standalone import check_rewrite, rewrite, standalone, standalone_with_llm, subject
+from rag.types import Generated, Prompt, Standalone
 
 # axes: 0 travel scope, 1 people, 2 meals, 3 other
 KINDS = {
@@ -189,7 +182,8 @@ def test_the_check_allows_question_words_the_conversation_lacks() -> None:
 
 
 def test_a_follow_up_about_what_no_passage_mentions_is_told() -> None:
-    from rag.stages.standalone import Standalone, unmentioned
+    from rag.stages.standalone import unmentioned
+    from rag.types import Standalone
 
     pool = ["Leave > Sick leave\nEmployees receive up to 12 days of paid sick leave. Take it when ill."]
     asked = Standalone(
