@@ -12,7 +12,8 @@ from rag.components.retrieval import Models
 from rag.components.scoring import Scoring
 from rag.models.embedder import passage_text
 from rag.request import State
-from rag.stages.abstention import check_answer_types, decide_abstention, vouched_evidence
+from rag.stages.abstention import decide_abstention
+from rag.stages.answer_type import check_answer_types, vouched_evidence
 from rag.stages.budget import apply_budget, score_of
 from rag.stages.bundle import bundle_dependencies, single_bundles
 from rag.stages.context import rank_by_section_context

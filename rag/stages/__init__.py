@@ -1,7 +1,8 @@
 """The pure, typed stages of the query path. The runner calls them in order and records timing and traces;
 no stage does I/O or logging."""
 
-from rag.stages.abstention import abstain, abstention_text, check_answer_types, decide_abstention
+from rag.stages.abstention import abstain, abstention_text, decide_abstention
+from rag.stages.answer_type import check_answer_types
 from rag.stages.budget import apply_budget
 from rag.stages.bundle import ChunkLookup, bundle_dependencies
 from rag.stages.citations import check_citations, parse_citations
