@@ -83,7 +83,7 @@ def policy_groups(examples: Sequence[dict[str, Any]], negatives: int = 10) -> It
     """The policy suites' tune questions as the reader saw them (``evaluation.reader_train`` examples): the
     sentences stating a gold quote are positives, the other sentences closest to the intent (cosine) negatives;
     every sentence of a near miss's evidence that comes close is a negative (topical, and not the answer)."""
-    from rag.stages.read import FEATURES
+    from rag.models.reader import FEATURES
 
     cos = FEATURES.index("cos")
     for g in examples:

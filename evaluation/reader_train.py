@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from evaluation.graders import norm, states
+from rag.models.reader import DEFAULT_READER_MODEL, FEATURES, ReaderModel
 from rag.models.sentences import reading_text
-from rag.stages.read import DEFAULT_READER_MODEL, FEATURES, ReaderModel, intent_features
+from rag.stages.read import intent_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
 FALSE_ABSTENTION = 0.04

@@ -19,11 +19,12 @@ from rag.cross_encoder import ReaderCrossEncoder
 from rag.models import MODELS_DIR
 from rag.models.dependency import DependencyModel
 from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
+from rag.models.reader import ReaderModel
 from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
 from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
 from rag.stages.claims import verified
-from rag.stages.read import ReaderModel, VectorLookup
+from rag.stages.read import VectorLookup
 from rag.stores.index import IndexReader
 from rag.stores.qdrant_server import open_index_reader
 from rag.text import count_tokens

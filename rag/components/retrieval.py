@@ -13,9 +13,9 @@ from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
 from rag.models.dependency import DependencyModel
 from rag.models.embedder import Embedder
+from rag.models.reader import ReaderModel
 from rag.protocols import Reranker
 from rag.request import State
-from rag.stages.read import ReaderModel
 from rag.stages.retrieve import merge_intents, rrf_fuse
 from rag.stores import fused_candidates
 from rag.stores.index import IndexReader

@@ -14,56 +14,20 @@ no intent answered abstains), and the "Citations checked" badge needs every inte
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from rag.errors import ConfigurationError
-from rag.models import MODELS_DIR
+from rag.models.reader import FEATURES, ReaderModel
 from rag.models.sentences import reading_text
 from rag.stages.extractive import asks_for_number, has_number
 from rag.text import bm25_token_set, bm25_tokens, collapse_ws
 from rag.types import Bundle, Coverage, Dropped, Evidence, EvidenceSentence, Intent, Reading
 
-DEFAULT_READER_MODEL = MODELS_DIR / "reader.json"
-
-FEATURES: tuple[str, ...] = (
-    "cos",  # the sentence's vector against the intent's
-    "cos_gap",  # ... minus the best sentence's
-    "cos_z",  # ... standardised over this evidence's sentences
-    "cos_rr",  # 1 / its rank by cos
-    "cos_before",  # the sentence before it (0 for a passage's first)
-    "cos_passage",  # its passage's sentence centroid
-    "coverage",  # share of the intent's words it holds
-    "coverage_idf",  # ... weighted by IDF over the evidence's sentences
-    "coverage_idf_rr",  # 1 / its rank by coverage_idf
-    "context_idf",  # IDF share of the intent's words in it, the sentence before and its heading together
-    "heading_idf",  # IDF share of the intent's words in its title and section path
-    "bigram",  # share of the intent's word pairs it holds in order
-    "asks_number",  # the intent asks how many / how long / how much / when
-    "number_match",  # ... and the sentence states a number
-    "has_number",
-    "is_question",  # a question in the evidence (an FAQ's question is not its answer)
-    "opens_list",  # ends with ":" (introduces steps or a list)
-    "list_item",  # a bullet or numbered step
-    "first",  # the first sentence of its passage
-    "position",  # its place in the passage, 0..1
-    "log_words",
-    "passage_score",  # its passage's rerank score
-    "passage_gap",  # ... minus the best passage's
-    "passage_rr",  # 1 / its passage's rank by rerank score
-    "ce",  # the cross-encoder's logit for (intent, heading: sentence); the lowest read where not read
-    "ce_gap",  # ... minus the best sentence's
-    "ce_rr",  # 1 / its rank by the cross-encoder (0 where not read)
-    "ce_read",  # the cross-encoder read it (one of the PREFILTER best by cos or by coverage_idf)
-)
 PREFILTER = 8  # the cross-encoder reads the union of the 8 best sentences by cosine and by IDF coverage
 
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\uf0b7]|\d+[.)]|[a-z][.)])\s")
@@ -179,74 +143,6 @@ def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[floa
     x[:, col["ce_read"]] = 0.0
     x[list(read), col["ce_read"]] = 1.0
     return x
-
-
-@dataclass(frozen=True)
-class ReaderModel:
-    """A logistic model over standardised FEATURES, with the bars calibrated on the tune splits.
-
-    ``answer_bar``: a sentence at or above it states what was asked (below it for every sentence, the intent is
-    unanswered). ``support_bar``: the lowest probability a quoted sentence may have for the answer to carry
-    "Citations checked". ``keep_ratio``: a further sentence joins an intent's answer when its probability is at
-    least this share of the intent's best.
-    """
-
-    features: tuple[str, ...]
-    mean: np.ndarray
-    scale: np.ndarray
-    coef: np.ndarray
-    intercept: float
-    answer_bar: float
-    support_bar: float
-    keep_ratio: float = 0.5
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        if x.shape[1] != len(self.features):
-            raise ValueError(f"{x.shape[1]} feature columns for a model of {len(self.features)}")
-        z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "features": list(self.features),
-            "mean": self.mean.round(6).tolist(),
-            "scale": self.scale.round(6).tolist(),
-            "coef": self.coef.round(6).tolist(),
-            "intercept": round(self.intercept, 6),
-            "answer_bar": self.answer_bar,
-            "support_bar": self.support_bar,
-            "keep_ratio": self.keep_ratio,
-            "meta": self.meta,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReaderModel:
-        features = tuple(data["features"])
-        if features != FEATURES:
-            raise ConfigurationError(
-                "The reader model was trained on other features than this version computes.",
-                hint="Retrain it: python -m evaluation.reader_train.",
-            )
-        return cls(
-            features,
-            np.asarray(data["mean"], dtype=float),
-            np.asarray(data["scale"], dtype=float),
-            np.asarray(data["coef"], dtype=float),
-            float(data["intercept"]),
-            float(data["answer_bar"]),
-            float(data["support_bar"]),
-            float(data.get("keep_ratio", 0.5)),
-            dict(data.get("meta", {})),
-        )
-
-    @classmethod
-    def load(cls, path: Path = DEFAULT_READER_MODEL) -> ReaderModel:
-        if not path.is_file():
-            raise ConfigurationError(
-                f"No reader model at {path}.", hint="Train it: python -m evaluation.reader_train."
-            )
-        return cls.from_json(json.loads(path.read_text()))
 
 
 class VectorLookup(Protocol):

@@ -12,7 +12,7 @@ import pytest
 from evaluation import llm_questions as lq
 from evaluation import reader_train
 from rag.errors import GenerationError
-from rag.stages.read import FEATURES
+from rag.models.reader import FEATURES
 from rag.types import Generated, Prompt
 
 SENTENCE = "Employees receive 25 days of annual leave each year, plus public holidays."

@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 
 from rag.errors import ConfigurationError
+from rag.models.reader import DEFAULT_READER_MODEL, FEATURES, ReaderModel
 from rag.stages.extractive import evidence_sentences
 from rag.stages.read import (
-    DEFAULT_READER_MODEL,
-    FEATURES,
     PREFILTER,
-    ReaderModel,
     prefiltered,
     read,
     reader_coverage,
