@@ -1,6 +1,7 @@
-"""The query path, top to bottom: ``Pipeline.ask`` runs the stages ``rag.components.build_stages`` lists, each
-a small component (rag/components) over the pure functions in ``rag/stages``, on one request's state
-(rag/request.py); each stage records its output in the trace. Nothing here searches without a filter.
+"""The query path, top to bottom: ``build_stages`` lists the stages in the order they run, each a small component
+(``name``, ``run(state) -> state``) in the module of rag/stages named for it, beside the pure functions it runs;
+``Pipeline.ask`` loops over them on one request's state (rag/request.py), and each stage records its output in
+the trace. Nothing here searches without a filter.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from rag.components import Models, QueryVectors, Scoring, Search, build_stages
 from rag.config import Settings
 from rag.cross_encoder import ReaderCrossEncoder
 from rag.models import MODELS_DIR
@@ -22,9 +22,29 @@ from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.models.reader import ReaderModel
 from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
-from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
-from rag.stages.claims import verified
-from rag.stages.read import VectorLookup
+from rag.request import PipelineOptions, Plan, Question, Recorder, Stage, State, plan_request, rounded
+from rag.stages.abstention import DecideAbstention
+from rag.stages.answer_check import AnswerCheck
+from rag.stages.answer_type import CheckAnswerTypes
+from rag.stages.budget import Budget
+from rag.stages.bundle import BundleDependencies
+from rag.stages.citations import Citations
+from rag.stages.claims import Claims, verified
+from rag.stages.confirm import Confirm
+from rag.stages.context import SectionContext
+from rag.stages.dedup import Dedup
+from rag.stages.filters import Filters
+from rag.stages.generate import Extractive, Generate
+from rag.stages.hops import Hops
+from rag.stages.index import OpenIndex
+from rag.stages.intents import Intents
+from rag.stages.pack import Pack
+from rag.stages.prompt import BuildPrompt
+from rag.stages.read import Read
+from rag.stages.rerank import Rerank
+from rag.stages.retrieve import Retrieve, Search
+from rag.stages.shared import Models, QueryVectors, Scoring, VectorLookup
+from rag.stages.standalone import StandaloneQuestion
 from rag.stores.index import IndexReader
 from rag.stores.qdrant_server import open_index_reader
 from rag.text import count_tokens
@@ -43,6 +63,48 @@ from rag.types import (
     StageRecord,
     Standalone,
 )
+
+# An ablation (settings ``ablate``, rag/config.py ABLATIONS) either removes a stage, by the stage's name, or
+# switches off a check inside one (intents, bundling, adjacent, followup, followup_topic; excerpts, the models' own:
+# see build_stages and rag/pipeline.py).
+REMOVES_STAGE = {"answer_types": "answer_type", "reader": "read"}
+
+
+def build_stages(settings: Settings, models: Models, queries: QueryVectors) -> list[Stage]:
+    """The stages a request runs, in order, less the ones the settings ablate."""
+    off = settings.ablated
+    search = Search(settings, models, queries)
+    scoring = Scoring(models, queries)
+    extractive = Extractive(scoring)
+    stages: list[Stage] = [
+        OpenIndex(models),
+        Filters(),
+        StandaloneQuestion(queries, bar=settings.followup_bar, enabled="followup" not in off),
+        Intents(split="intents" not in off),
+        Retrieve(search),
+        Rerank(models),
+        Hops(settings, models, search),
+        DecideAbstention(),
+        Dedup(threshold=settings.dedup_threshold),
+        SectionContext(
+            models, weight=settings.section_context_weight, window=settings.section_context_window
+        ),
+        Budget(score_floor=settings.budget_score_floor),
+        BundleDependencies(models, bundling="bundling" not in off, join_adjacent="adjacent" not in off),
+        Pack(),
+        CheckAnswerTypes(
+            scoring, check_k=settings.answer_check_k, followup_topic="followup_topic" not in off
+        ),
+        Read(models, queries, scoring, cut=settings.evidence_cut, keep=settings.evidence_min_bundles),
+        BuildPrompt(repeat_question=settings.repeat_question, mode=settings.generation_mode),
+        Generate(settings, extractive),
+        Citations(scoring, repair=settings.citation_repair),
+        Claims(settings, scoring, extractive),
+        AnswerCheck(),
+        Confirm(enabled=settings.llm_confirm, bar=settings.llm_confirm_bar),
+    ]
+    removed = {stage for ablation, stage in REMOVES_STAGE.items() if ablation in off}
+    return [stage for stage in stages if stage.name not in removed]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ produced so far.
 
 A stage (``Stage``) takes the request's ``State`` and returns it with its own output added; what it did goes into
 the state's ``Recorder`` under the stage's name, which becomes that stage's record in the trace
-(rag/traces/schema.py). ``Pipeline.ask`` (rag/pipeline.py) runs the stages ``rag.components.build_stages`` lists.
+(rag/traces/schema.py). ``Pipeline.ask`` (rag/pipeline.py) runs the stages ``rag.pipeline.build_stages`` lists.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
+from rag.request import State
 from rag.stages.budget import intents_of, score_of
 from rag.types import Abstention, Candidate, Coverage, Generated, Intent
 
@@ -96,3 +98,23 @@ def abstention_text(question: str, uncovered: Sequence[Intent], all_intents: Seq
         about = _listing(uncovered) if len(uncovered) > 1 else f'"{quote_user_text(question)}"'
         return f"{NOT_ANSWERABLE}: I found no passage that answers {about}."
     return f"{PARTIAL}: {_listing(uncovered)}."
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class DecideAbstention:
+    """Whether any passage's score reaches the threshold, for each part of the question."""
+
+    name = "abstention"
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            coverage = decide_abstention(state.ranked, state.intents, threshold=state.threshold)
+            d.update(
+                abstain=coverage.abstain,
+                uncovered=[i.text for i in coverage.uncovered],
+                threshold=state.threshold,
+                best_score=max((score_of(c) for c in state.ranked), default=None),
+            )
+        return replace(state, coverage=coverage)

@@ -7,10 +7,14 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rag.models.embedder import passage_text
+from rag.request import State
 from rag.stages.budget import score_of
 from rag.stages.claims import COMMON_CAPS, Quantity, quantities
+from rag.stages.shared import Scoring
+from rag.stages.standalone import unmentioned
 from rag.text import bm25_token_set, bm25_tokens, normalize, split_sentences
 from rag.text.lexicon import BE, CARDINAL_PATTERN, FREQUENCIES, MODALS, MONTH_PATTERN, MONTHS
 from rag.types import Coverage, Evidence, Intent
@@ -524,3 +528,45 @@ def check_answer_types(
         reason = "; ".join(why for _, why in missing)
         return AnswerTypes(Coverage(True, tuple(uncovered), reason), tuple(missing))
     return AnswerTypes(Coverage(coverage.abstain, tuple(uncovered), coverage.reason), tuple(missing))
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class CheckAnswerTypes:
+    """Does the evidence state the kind of answer each part asks for (a number, a place, one of the choices)?
+    A part it does not is uncovered."""
+
+    name = "answer_type"
+
+    def __init__(self, scoring: Scoring, *, check_k: int | None, followup_topic: bool = True) -> None:
+        self.scoring, self.check_k, self.followup_topic = scoring, check_k, followup_topic
+
+    def run(self, state: State) -> State:
+        evidence, coverage = state.evidence, state.coverage
+        if not evidence or coverage.abstain:
+            return state
+        with state.recorder.stage(self.name) as d:
+            vouched = vouched_evidence(evidence, threshold=state.threshold, k=self.check_k)
+            types = check_answer_types(
+                state.question.text,
+                state.intents,
+                coverage,
+                [e.candidate.chunk.text for e in vouched],
+                pool=[c.chunk.text for c in state.ranked],
+                score=self.scoring.sentence_scorer(vouched),
+                labelled=[
+                    passage_text(e.candidate.chunk.title, e.candidate.chunk.section, e.candidate.chunk.text)
+                    for e in vouched
+                ],
+            )
+            d.update({f"intent_{intent.index}": why for intent, why in types.missing})
+            coverage = types.coverage
+            if self.followup_topic and state.standalone is not None and not coverage.abstain:
+                # a follow-up about something no passage mentions is not answered by the previous topic's passages
+                pool = [passage_text(c.chunk.title, c.chunk.section, c.chunk.text) for c in state.ranked]
+                why = unmentioned(state.standalone, pool)
+                if why:
+                    coverage = Coverage(True, tuple(state.intents), why)
+                    d["followup"] = why
+        return replace(state, coverage=coverage)

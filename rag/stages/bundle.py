@@ -13,9 +13,12 @@ import functools
 import posixpath
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from rag.request import State
+from rag.stages.hops import bundle_chains
+from rag.stages.shared import Models
 from rag.text import bm25_tokens
 from rag.types import Bundle, Candidate, Chunk, Dropped, SearchFilter
 
@@ -523,3 +526,38 @@ def bundle_dependencies(
     up to MAX_CHAIN_BUNDLE members.
     """
     return _Bundler(selected, lookup, filt, pool, max_added, token_budget, chains, join_adjacent).run()
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class BundleDependencies:
+    """Passages that depend on each other travel together (``bundling=False``: each passage alone, ablate=bundling;
+    ``join_adjacent=False``: neighbours are not joined, ablate=adjacent)."""
+
+    name = "bundle"
+
+    def __init__(self, models: Models, *, bundling: bool = True, join_adjacent: bool = True) -> None:
+        self.models, self.bundling, self.join_adjacent = models, bundling, join_adjacent
+
+    def run(self, state: State) -> State:
+        dropped = state.dropped
+        with state.recorder.stage(self.name) as d:
+            added: list[Candidate] = []
+            if not self.bundling:
+                bundles = single_bundles(state.selected)
+            else:
+                chains = bundle_chains(state.question.text, state.selected, state.chains)
+                d["chains"] = [list(c) for c in chains]
+                bundles, added, drops = bundle_dependencies(
+                    state.selected,
+                    self.models.reader,
+                    state.search_filter,
+                    pool=state.kept,
+                    token_budget=state.plan.token_budget,
+                    chains=chains,
+                    join_adjacent=self.join_adjacent,
+                )
+                dropped = [*dropped, *drops]
+            d.update(bundles=len(bundles), added=[c.chunk_id for c in added])
+        return replace(state, bundles=bundles, dropped=dropped)

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from rag.request import State
 from rag.stages.budget import score_of
 from rag.stages.bundle import has_rule_cue
 from rag.types import Bundle, Candidate, Chunk, Evidence
@@ -153,3 +154,18 @@ def number_evidence(packed: Sequence[Bundle]) -> list[Evidence]:
     """Flatten packed bundles into passages numbered 1..m in final order: [n] is the passage at position n."""
     flat = [(member, bundle.bundle_id) for bundle in packed for member in bundle.members]
     return [Evidence(n, cand, bundle_id) for n, (cand, bundle_id) in enumerate(flat, start=1)]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Pack:
+    """The bundles in prompt order, numbered [1], [2], ..."""
+
+    name = "pack"
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            evidence = number_evidence(edge_pack(state.bundles, state.plan.packing))
+            d.update(strategy=state.plan.packing, order=[e.candidate.chunk_id for e in evidence])
+        return replace(state, evidence=evidence)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
+from rag.request import State
 from rag.text import count_tokens, count_tokens_joined
 from rag.types import Chunk, Evidence, Prompt
 
@@ -158,3 +160,27 @@ def build_prompt(
 @functools.lru_cache(maxsize=1)
 def _system_tokens() -> int:
     return count_tokens(SYSTEM)
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class BuildPrompt:
+    name = "prompt"
+
+    def __init__(self, *, repeat_question: bool, mode: str) -> None:
+        self.repeat_question, self.mode = repeat_question, mode
+
+    def run(self, state: State) -> State:
+        q = state.question
+        with state.recorder.stage(self.name) as d:
+            prompt = build_prompt(
+                q.text,
+                state.evidence,
+                history=q.history,
+                facts=q.facts,
+                repeat_question=self.repeat_question,
+                mode=self.mode,
+            )
+            d["tokens"] = prompt.n_tokens
+        return replace(state, prompt=prompt)

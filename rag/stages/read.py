@@ -18,13 +18,18 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from rag.models.reader import FEATURES, ReaderModel
 from rag.models.sentences import reading_text
-from rag.stages.extractive import asks_for_number, has_number
+from rag.request import State
+from rag.stages.budget import score_of
+from rag.stages.extractive import asks_for_number, evidence_sentences, has_number
+from rag.stages.pack import edge_pack, number_evidence
+from rag.stages.shared import Models, QueryVectors, Scoring, VectorLookup
 from rag.text import bm25_token_set, bm25_tokens, collapse_ws
 from rag.types import Bundle, Coverage, Dropped, Evidence, EvidenceSentence, Intent, Reading
 
@@ -143,13 +148,6 @@ def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[floa
     x[:, col["ce_read"]] = 0.0
     x[list(read), col["ce_read"]] = 1.0
     return x
-
-
-class VectorLookup(Protocol):
-    """Evidence sentences' vectors by text (L2-normalised rows). ``stored_only``: a text not embedded at ingestion
-    (a heading before a sentence) gets a zero row instead of being embedded now."""
-
-    def __call__(self, texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray: ...
 
 
 CrossEncode = Callable[[str, Sequence[str]], Sequence[float]]  # (intent, texts) -> one logit per text
@@ -310,3 +308,54 @@ def trim_bundles(
         else:
             dropped += [Dropped(m.chunk_id, "reader_cut", "read") for m in bundle.members]
     return kept, dropped
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Read:
+    """Reads the evidence when there is some and a reader model is loaded. With ``cut`` > 0 bundles whose
+    sentences the reader finds nothing in are dropped (at least ``keep`` stay), and the rest packed again."""
+
+    name = "read"
+
+    def __init__(
+        self, models: Models, queries: QueryVectors, scoring: Scoring, *, cut: float, keep: int
+    ) -> None:
+        self.models, self.queries, self.scoring = models, queries, scoring
+        self.cut, self.keep = cut, keep
+
+    def run(self, state: State) -> State:
+        intents, evidence, coverage = state.intents, state.evidence, state.coverage
+        bundles, dropped = state.bundles, state.dropped
+        if not evidence or self.models.reader_model is None:
+            return state
+        with state.recorder.stage(self.name) as d:
+            reading = self.read(intents, evidence)
+            if not coverage.abstain:
+                coverage = reader_coverage(coverage, intents, reading)
+            if self.cut and not coverage.abstain:
+                trimmed, cut = trim_bundles(bundles, evidence, reading, cut=self.cut, keep=self.keep)
+                if cut:  # fewer passages: pack and number them again, and read them in their new places
+                    bundles, dropped = trimmed, dropped + cut
+                    evidence = number_evidence(edge_pack(bundles, state.plan.packing))
+                    reading = self.read(intents, evidence)
+                    d.update(cut=[c.chunk_id for c in cut], order=[e.candidate.chunk_id for e in evidence])
+            d.update(reading.to_json())
+        return replace(
+            state, reading=reading, coverage=coverage, bundles=bundles, dropped=dropped, evidence=evidence
+        )
+
+    def read(self, intents: Sequence[Intent], evidence: Sequence[Evidence]) -> Reading:
+        """The reader's probabilities for every (intent, evidence sentence) pair."""
+        assert self.models.reader_model is not None
+        texts = [i.text for i in intents]
+        return read(
+            texts,
+            evidence_sentences(evidence),
+            model=self.models.reader_model,
+            query_vectors=self.scoring.reading.vectors(texts),
+            vectors=self.scoring.reading_vector_lookup(evidence),
+            passage_scores={e.n: score_of(e.candidate) for e in evidence},
+            cross_encoder=self.models.reader_cross_encoder,
+        )

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from rag.types import Candidate, Chunk
+from rag.config import Settings
+from rag.request import State
+from rag.stages.shared import Models, QueryVectors
+from rag.stores import fused_candidates
+from rag.text import bm25_tokens
+from rag.types import Candidate, Chunk, Intent, SearchFilter
 
 Hit = tuple[str, float]  # (chunk_id, score), ranked best first
 
@@ -107,3 +113,68 @@ def merge_intents(lists: Sequence[Sequence[Candidate]]) -> list[Candidate]:
             seen = merged.get(cand.chunk_id)
             merged[cand.chunk_id] = cand if seen is None else _merge_pair(seen, cand)
     return _ranked(list(merged.values()))
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Search:
+    """Both legs (lexical and dense) for query texts, filtered inside the stores, fused."""
+
+    def __init__(self, settings: Settings, models: Models, queries: QueryVectors) -> None:
+        self.settings, self.models, self.queries = settings, models, queries
+
+    def search(
+        self, text: str, filt: SearchFilter, *, intent: int, top_n: int | None = None
+    ) -> tuple[list[Candidate], dict[str, int]]:
+        """One query text; ``top_n`` overrides both legs' N. Returns the fused candidates and each leg's count."""
+        s, reader = self.settings, self.models.reader
+        lexical_n, dense_n = (top_n, top_n) if top_n else (s.lexical_top_n, s.dense_top_n)
+        vector = self.queries.vector(text)
+        tokens = bm25_tokens(text)
+        lexical, dense, fused = reader.search(
+            tokens, vector, filt, n_lexical=lexical_n, n_dense=dense_n, rrf_k=s.rrf_k
+        )
+        found = {cid: reader.get(cid) for cid, _ in [*lexical, *dense]}
+        chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}
+        lexical = [h for h in lexical if h[0] in chunks]
+        dense = [h for h in dense if h[0] in chunks]
+        if fused is None or s.rrf_lexical_weight != 1.0:  # a server's own fusion weighs both legs alike
+            candidates = rrf_fuse(
+                lexical, dense, chunks, k=s.rrf_k, intent=intent, lexical_weight=s.rrf_lexical_weight
+            )
+        else:
+            candidates = fused_candidates(lexical, dense, fused, chunks, intent=intent)
+        return candidates, {"lexical": len(lexical), "dense": len(dense)}
+
+    def retrieve(
+        self, intents: Sequence[Intent], filt: SearchFilter, *, also_embed: Sequence[str] = ()
+    ) -> tuple[list[Candidate], dict[str, object]]:
+        """Every intent searched, the results merged; with the stage's trace detail."""
+        # one embedding call for every text this request ranks by: the intents, and the whole question the
+        # reranker scores against (a compound question's parts differ from it)
+        self.queries.vectors([*(i.text for i in intents), *also_embed])
+        detail: dict[str, object] = {"lexical_backend": self.models.reader.lexical_backend}
+        per_intent = []
+        for intent in intents:
+            candidates, counts = self.search(intent.text, filt, intent=intent.index)
+            per_intent.append(candidates)
+            detail[f"intent_{intent.index}"] = counts
+        merged = merge_intents(per_intent)
+        detail["candidates"] = len(merged)
+        return merged, detail
+
+
+class Retrieve:
+    name = "retrieve"
+
+    def __init__(self, search: Search) -> None:
+        self.search = search
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            candidates, detail = self.search.retrieve(
+                state.intents, state.search_filter, also_embed=[state.question.text]
+            )
+            d.update(detail)
+        return replace(state, candidates=candidates)

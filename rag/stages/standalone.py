@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from rag.request import State
+from rag.stages.shared import QueryVectors
 from rag.text import bm25_token_set, collapse_ws, count_tokens
 from rag.text.lexicon import AUXILIARIES, STOPWORDS, WH_WORDS
 from rag.types import Completes, Prompt, Standalone
@@ -452,3 +454,35 @@ def _fallback(offline: Standalone, reason: str) -> Standalone:
         reason,
         offline.replaced,
     )
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class StandaloneQuestion:
+    """A follow-up is searched and answered as the question it stands for (rag/stages/standalone.py);
+    ``enabled=False`` (ablate=followup) keeps the question as asked and says so in the trace."""
+
+    name = "standalone"
+
+    def __init__(self, queries: QueryVectors, *, bar: float, enabled: bool = True) -> None:
+        self.queries, self.bar, self.enabled = queries, bar, enabled
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            rewrite = self.rewrite(state)
+            d.update(rewrite.to_json())
+        question = replace(state.question, text=rewrite.question) if rewrite.rewritten else state.question
+        return replace(state, standalone=rewrite, question=question)
+
+    def rewrite(self, state: State) -> Standalone:
+        """The standalone question a follow-up stands for; the question itself without a conversation."""
+        question = state.question
+        if not question.history or not self.enabled:
+            reason = "switched off (ablate=followup)" if question.history else "no earlier question"
+            return Standalone(question.text, question.text, False, "none", None, reason)
+        if state.rewrite_llm is not None:
+            return standalone_with_llm(
+                question.text, question.history, state.rewrite_llm, self.queries.vectors, bar=self.bar
+            )
+        return standalone(question.text, question.history, self.queries.vectors, bar=self.bar)

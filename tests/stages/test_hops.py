@@ -446,7 +446,7 @@ def test_why_hopping_stops() -> None:
 
 
 def test_the_budget_keeps_both_ends_of_every_link() -> None:
-    from rag.stages.hops import chain_links
+    from rag.stages.budget import chain_links
 
     assert chain_links([("b", "a", "chain"), ("c", "a", "comparison")]) == {"b": "a", "c": "a"}
     assert chain_links([]) == {}

@@ -1,20 +1,87 @@
-"""Sentence-level scores the stages share, from the sentence vectors stored at ingestion (only text the index
-lacks is embedded now): a sentence's relevance to a query, a passage's support for a claim, and cosines
-between a claim and passage sentences."""
+"""What the stages share: the index reader and the loaded models (``Models``), the query-vector caches
+(``QueryVectors``) and the sentence-level scores built from the vectors stored at ingestion (``Scoring``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from rag.components.retrieval import Models, QueryVectors
+from rag.cross_encoder import ReaderCrossEncoder
+from rag.models.dependency import DependencyModel
+from rag.models.embedder import Embedder
+from rag.models.reader import ReaderModel
 from rag.models.sentences import chunk_heading, reading_text, sentence_units
-from rag.stages.citations import claim_key, lexical_support
-from rag.stages.extractive import shown_sentence
-from rag.stages.read import VectorLookup
+from rag.protocols import Reranker
+from rag.stores.index import IndexReader
 from rag.text import bm25_tokens
 from rag.types import Evidence
+
+QUERY_CACHE_SIZE = 2048  # query texts whose vectors are kept; the cache is emptied when it would hold more
+
+
+@dataclass
+class Models:
+    """The index reader and the models the stages share. A stage reads them when it runs, so replacing one
+    (a benchmark wraps the embedder to time it) replaces it for every stage."""
+
+    reader: IndexReader
+    embedder: Embedder
+    reranker: Reranker
+    reader_model: ReaderModel | None = None  # the reader (rag/stages/read.py); None when switched off
+    reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
+    reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
+    reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
+    # which sentences an extractive answer's excerpt takes with the chosen one (rag/models/dependency.py); None:
+    # the chosen sentence alone (``ablate=excerpts``)
+    dependency_model: DependencyModel | None = None
+
+
+class QueryVectors:
+    """Query embeddings, reused within and across requests (intents, hops, sentence scoring, the reranker): by
+    the retrieval embedder, or with ``reading`` by the reading encoder."""
+
+    def __init__(self, models: Models, *, reading: bool = False) -> None:
+        self.models = models
+        self.reading = reading
+        self.cache: dict[str, np.ndarray] = {}
+
+    @property
+    def encoder(self) -> Embedder:
+        encoder = self.models.reading_encoder if self.reading else self.models.embedder
+        if encoder is None:
+            raise ValueError("no reading encoder is loaded")
+        return encoder
+
+    def vector(self, text: str) -> np.ndarray:
+        vector = self.cache.get(text)
+        if vector is None:
+            vector = self.encoder.embed_queries([text])[0]
+            if len(self.cache) > QUERY_CACHE_SIZE:
+                self.cache.clear()
+            self.cache[text] = vector
+        return vector
+
+    def vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Vectors for several query texts; the ones not cached are embedded in one batch."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        if missing:
+            if len(self.cache) + len(missing) > QUERY_CACHE_SIZE:
+                self.cache.clear()
+            self.cache.update(zip(missing, self.encoder.embed_queries(missing), strict=True))
+        return [self.cache[t] for t in texts]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class VectorLookup(Protocol):
+    """Evidence sentences' vectors by text (L2-normalised rows). ``stored_only``: a text not embedded at ingestion
+    (a heading before a sentence) gets a zero row instead of being embedded now."""
+
+    def __call__(self, texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray: ...
 
 
 class Scoring:
@@ -121,50 +188,3 @@ class Scoring:
             return np.vstack([known[x] for x in texts]).astype(np.float32)
 
         return lookup
-
-    def support_scorer(self, evidence: Sequence[Evidence]) -> Callable[[str, str], float]:
-        """How well a passage supports a claim: the mean of lexical coverage and the best cosine between the
-        claim and one of the passage's sentences (vectors from the index; claims embedded once each)."""
-        vectors: dict[str, np.ndarray] = {}
-        # An extractive claim is an evidence sentence: its vector is already in the index.
-        claims: dict[str, np.ndarray] = {}
-        for e in evidence:
-            v = self.models.reader.sentence_vectors(e.candidate.chunk_id)
-            if v is not None and len(v):
-                vectors[e.candidate.chunk.text] = v
-                units = sentence_units(e.candidate.chunk.text)
-                if len(units) == len(v):
-                    claims.update((claim_key(u), vec) for u, vec in zip(units, v, strict=True))
-
-        def support(claim: str, passage: str) -> float:
-            lexical = lexical_support(claim, passage)
-            units = vectors.get(passage)
-            if units is None:
-                return lexical
-            key = claim_key(claim)
-            if key not in claims:
-                quoted = claims.get(shown_sentence(key))
-                claims[key] = quoted if quoted is not None else self.queries.vector(claim)
-            return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[key])))
-
-        return support
-
-    def claim_cosine(self, evidence: Sequence[Evidence]) -> Callable[[str, Sequence[str]], list[float]]:
-        """Cosines between a claim and passage sentences, from the sentence vectors stored at ingestion (a claim
-        that quotes an evidence sentence reuses its vector; other claims are embedded once each)."""
-        known = self.stored_sentence_vectors(evidence)
-        by_key = {claim_key(u): v for u, v in known.items()}
-
-        def cosine(claim: str, sentences: Sequence[str]) -> list[float]:
-            missing = [x for x in dict.fromkeys(sentences) if x not in known]
-            if missing:
-                known.update(zip(missing, self._embed(missing), strict=True))
-            key = claim_key(claim)
-            vector = by_key.get(key)
-            if vector is None:
-                vector = by_key.get(shown_sentence(key))
-            if vector is None:
-                vector = self.queries.vector(claim)
-            return [float(known[x] @ vector) for x in sentences]
-
-        return cosine

@@ -1,4 +1,5 @@
-"""The query path as components (rag/components): the stage list, what ablation removes, the query-vector cache."""
+"""The query path's stages as components (rag/stages, listed by rag.pipeline.build_stages): their order, what
+ablation removes, the query-vector cache."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from typing import cast
 import numpy as np
 import pytest
 
-from rag.components import REMOVES_STAGE, build_stages
-from rag.components.retrieval import QUERY_CACHE_SIZE, Models, QueryVectors
 from rag.config import ABLATIONS, load_settings
 from rag.models.embedder import Embedder
-from rag.pipeline import Pipeline, Question
+from rag.pipeline import REMOVES_STAGE, Pipeline, Question, build_stages
+from rag.stages.shared import QUERY_CACHE_SIZE, Models, QueryVectors
 from rag.types import Principal
 
 ALICE = Principal("alice", frozenset({"staff"}))
