@@ -5,8 +5,8 @@
   ``graders``, ``qa``, ``multihop``, ``claimset`` and ``stats``.
 - Position sweeps: ``position`` and its ``generators``; the running app reads a saved sweep through
   ``rag.traces.sweeps``, never through this package.
-- Training: the feature reranker (``rerank_train``, groups from the suites in ``rerank_groups``), the
-  cross-encoder (``ce_train``) and the reader (``reader_train``, ``reader_ce_data``).
+- Training of the models the app ships (rag/models/): ``training`` (the feature reranker, the reader, the
+  reading encoder, the sentence-dependency model).
 - Quality benchmarks: ``retrieval`` (SciFact nDCG), ``rerankers``, ``lexical_parity``, the Haystack ``peer``
   and ``parity`` (do two runs give the same answers).
 

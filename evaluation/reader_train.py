@@ -8,8 +8,6 @@ evidence becomes one (intent, sentence) example with ``rag.stages.read``'s featu
 positive when it lies in a gold quote or holds one (the grader's normalisation); a compound question's quotes
 go to the intent they share most words with; every sentence of an unanswerable question's evidence (the near
 misses) is negative. HotpotQA: a sentence holding the answer span. Test splits are never read.
-``--llm-questions`` adds questions an LLM wrote for dev-corpus sentences (``evaluation.llm_questions``; by
-kind, share and round-trip verdict): trained on, never scored, and left out with their corpus when it is held out.
 
 It always reports each policy corpus held out (trained on the others and HotpotQA): the gold sentence first / in
 the top three, and abstention against false abstention at the bar. ``--write`` trains on everything and
@@ -33,7 +31,6 @@ import numpy as np
 
 from evaluation.graders import norm, states
 from rag.models.reader import DEFAULT_READER_MODEL, FEATURES, ReaderModel
-from rag.models.sentences import reading_text
 from rag.stages.read import intent_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
@@ -66,7 +63,6 @@ def examples(
     *,
     quotes: Sequence[str] = (),
     spans: Sequence[str] = (),
-    cross_encoder: Any = None,
 ) -> list[dict]:
     """One example group per intent: features and labels of every evidence sentence."""
     from rag.stages.budget import score_of
@@ -85,12 +81,10 @@ def examples(
         query_vectors=qvs,
         vectors=lookup,
         passage_scores={e.n: score_of(e.candidate) for e in evidence},
-        cross_encoder=cross_encoder,
     )
-    sv = lookup([reading_text(s.heading, s.text) for s in sents])
     owner = _assign(quotes, intents)
     groups = []
-    for j, (intent, qv, x) in enumerate(zip(intents, qvs, features, strict=True)):
+    for j, x in enumerate(features):
         mine = [q for q, o in zip(quotes, owner, strict=True) if o == j]
         if spans:
             wanted = [norm(a) for a in spans]
@@ -102,19 +96,12 @@ def examples(
                 "x": x,
                 "y": np.array(y, dtype=bool),
                 "intent": j,
-                "texts": [s.text for s in sents],
-                "query": intent,
-                "ce_texts": [reading_text(s.heading, s.text) for s in sents],
-                "sv": sv.astype(np.float16),
-                "qv": np.asarray(qv, dtype=np.float16),
             }
         )
     return groups
 
 
-def collect(
-    shared: Path, work_dir: Path, corpora: Sequence[str], split: str = "tune", cross_encoder: Any = None
-) -> list[dict]:
+def collect(shared: Path, work_dir: Path, corpora: Sequence[str], split: str = "tune") -> list[dict]:
     """Every example group of ``corpora``'s ``split`` questions (policy suites and ``hotpotqa``)."""
     from evaluation.qa import as_asked
     from evaluation.splits import hotpot_kind, split_ids
@@ -129,7 +116,6 @@ def collect(
     out: list[dict] = []
     for corpus in corpora:
         data_dir = ingest_corpus(paths, corpus, lambda m: print(m, file=sys.stderr))
-        ce = cross_encoder.get(corpus) if isinstance(cross_encoder, dict) else cross_encoder
         # the examples are the evidence the query path selects before reading it
         pipeline = build_pipeline(load_settings(data_dir=data_dir, ablate="reader"))
         try:
@@ -140,7 +126,7 @@ def collect(
                         continue
                     spans = [s for o in r.get("answers_objects", []) for s in o.get("spans", []) if s]
                     result = pipeline.ask(Question(r["question_text"], Principal("eval")), options)
-                    for g in examples(pipeline, result, spans=spans, cross_encoder=ce):
+                    for g in examples(pipeline, result, spans=spans):
                         out.append({**g, "corpus": corpus, "qid": str(r["question_id"]), "answerable": True})
                 continue
             for q in policy_questions(paths, corpus, split):
@@ -148,80 +134,11 @@ def collect(
                 answerable = not q.expects_abstention
                 if not answerable and q.type != "unanswerable":
                     continue  # a restricted question: the access filter answers it, not the reader
-                for g in examples(pipeline, result, quotes=q.quotes if answerable else (), cross_encoder=ce):
+                for g in examples(pipeline, result, quotes=q.quotes if answerable else ()):
                     out.append({**g, "corpus": corpus, "qid": q.id, "answerable": answerable})
         finally:
             pipeline.reader.close()
         print(f"{corpus}: {sum(1 for g in out if g['corpus'] == corpus)} example groups", file=sys.stderr)
-    return out
-
-
-def collect_llm(
-    shared: Path, work_dir: Path, records: Sequence[dict], kinds: Sequence[str] = ("question", "near_miss")
-) -> list[dict]:
-    """Example groups of LLM-written questions (``evaluation.llm_questions``), each asked through the query path
-    on its corpus: ``question``'s positive is the sentence it was written for (a group whose evidence lacks that
-    sentence is dropped: nothing says which other sentence answers); every sentence of a ``near_miss``'s
-    evidence is negative. Groups carry ``source: "llm"`` and are only ever trained on, never scored."""
-    from evaluation.suite import Paths, ingest_corpus
-    from rag.config import load_settings
-    from rag.factory import build_pipeline
-    from rag.pipeline import PipelineOptions, Question
-    from rag.types import Principal
-
-    paths = Paths(shared, work_dir)
-    options = PipelineOptions(use_llm=False)
-    out: list[dict] = []
-    for corpus in sorted({r["corpus"] for r in records}):
-        pipeline = build_pipeline(
-            load_settings(
-                data_dir=ingest_corpus(paths, corpus, lambda m: print(m, file=sys.stderr)), ablate="reader"
-            )
-        )
-        dropped = 0
-        try:
-            for r in (r for r in records if r["corpus"] == corpus):
-                for kind in kinds:
-                    answerable = kind == "question"
-                    result = pipeline.ask(Question(r[kind], Principal("eval")), options)
-                    groups = examples(pipeline, result, quotes=[r["sentence"]] if answerable else ())
-                    if answerable and not any(g["y"].any() for g in groups):
-                        dropped += 1
-                        continue
-                    qid = f"llm:{kind}:{r['id']}"
-                    out.extend(
-                        {**g, "corpus": corpus, "qid": qid, "answerable": answerable, "source": "llm"}
-                        for g in groups
-                    )
-        finally:
-            pipeline.reader.close()
-        print(
-            f"{corpus} (LLM-written): {sum(1 for g in out if g['corpus'] == corpus)} example groups, "
-            f"{dropped} questions whose evidence lacks their sentence dropped",
-            file=sys.stderr,
-        )
-    return out
-
-
-def select_llm(
-    groups: Sequence[dict],
-    records: Sequence[dict],
-    kinds: Sequence[str],
-    limit: int | None = None,
-    *,
-    checked: bool = False,
-) -> list[dict]:
-    """The LLM-question groups of ``kinds`` (``question``, ``near_miss``) whose record is among the first
-    ``limit`` of ``records`` (the file's order, which is the sample's), with ``checked`` only those whose round
-    trip agrees (``evaluation.llm_questions.passes``): one source, or a share of it, at a time."""
-    from evaluation.llm_questions import passes
-
-    keep = {r["id"]: r for r in records[:limit]}
-    out = []
-    for g in groups:
-        _, kind, rid = g["qid"].split(":", 2)  # "llm:<kind>:<record id>"
-        if kind in kinds and rid in keep and (not checked or passes(keep[rid], kind)):
-            out.append(g)
     return out
 
 
@@ -326,7 +243,7 @@ def loco(groups: Sequence[dict], c: float = C) -> tuple[dict[str, dict], dict[st
     pooled: dict[str, dict] = {}
     report: dict[str, Any] = {}
     for held in POLICY:
-        test = [g for g in groups if g["corpus"] == held and g.get("source") != "llm"]
+        test = [g for g in groups if g["corpus"] == held]
         if not test:
             continue
         model = fit([g for g in groups if g["corpus"] != held], c)
@@ -342,79 +259,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--cache", type=Path, help="Examples collected before (the pickle --save wrote).")
     parser.add_argument("--save", type=Path, help="Write the collected examples here.")
-    parser.add_argument(
-        "--ce",
-        type=Path,
-        help="Read with this cross-encoder (an evaluation.ce_train fit folder); to ship it, copy the folder into "
-        "rag/models/ under the same name (the model's meta.cross_encoder names it).",
-    )
-    parser.add_argument(
-        "--ce-folds",
-        help="Cross-fitted cross-encoders: 'moj,hypha=DIR_A;dev,gitlab,sample,hotpotqa=DIR_B' (each corpus read "
-        "by the model that did not train on it); --ce names the one that ships.",
-    )
     parser.add_argument("--write", action="store_true", help=f"Write {DEFAULT_READER_MODEL}.")
     parser.add_argument("--c", type=float, default=C)
     parser.add_argument("--corpora", default=",".join([*POLICY, "hotpotqa"]), help="Collect from these only.")
-    parser.add_argument(
-        "--llm-questions",
-        type=Path,
-        help="Also train on these LLM-written questions (evaluation/suites/llm_questions.jsonl).",
-    )
-    parser.add_argument(
-        "--llm-kinds", default="question,near_miss", help="Which of them: question (answered), near_miss."
-    )
-    parser.add_argument("--llm-limit", type=int, help="The first N kept records only.")
-    parser.add_argument(
-        "--llm-checked", action="store_true", help="Only questions whose round trip agrees (--check)."
-    )
-    parser.add_argument(
-        "--llm-cache", type=Path, help="LLM-question groups collected before (written when absent)."
-    )
     args = parser.parse_args(argv)
     if args.cache and args.cache.is_file():
         import pickle
 
         groups = pickle.loads(args.cache.read_bytes())
     else:
-        from rag.cross_encoder import ReaderCrossEncoder
-
-        ce: Any = ReaderCrossEncoder(args.ce) if args.ce else None
-        if args.ce_folds:  # cross-fitting: each corpus read by the cross-encoder that did not train on it
-            ce = {}
-            for spec in args.ce_folds.split(";"):
-                names, folder = spec.split("=")
-                model = ReaderCrossEncoder(Path(folder))
-                ce.update((name, model) for name in names.split(","))
-        groups = collect(args.shared, args.work_dir, args.corpora.split(","), cross_encoder=ce)
+        groups = collect(args.shared, args.work_dir, args.corpora.split(","))
         if args.save:
             import pickle
 
             args.save.write_bytes(pickle.dumps(groups))
-    llm_groups: list[dict] = []
-    if args.llm_questions:
-        import pickle
-
-        from evaluation.llm_questions import load
-
-        records = load(args.llm_questions)
-        if args.llm_cache and args.llm_cache.is_file():
-            llm_groups = pickle.loads(args.llm_cache.read_bytes())
-        else:
-            llm_groups = collect_llm(args.shared, args.work_dir, records)
-            if args.llm_cache:
-                args.llm_cache.write_bytes(pickle.dumps(llm_groups))
-        llm_groups = select_llm(
-            llm_groups, records, args.llm_kinds.split(","), args.llm_limit, checked=args.llm_checked
-        )
-        print(f"LLM-written example groups: {len(llm_groups)} ({args.llm_kinds})")
-        groups = [*groups, *llm_groups]
-    if not (args.ce or args.ce_folds):
-        # a reader without the cross-encoder: its columns stay 0 (as ``read`` leaves them)
-        cols = [FEATURES.index(f) for f in FEATURES if f.startswith("ce")]
-        for g in groups:
-            g["x"][:, cols] = 0.0
-    policy = [g for g in groups if g["corpus"] != "hotpotqa" and g.get("source") != "llm"]
+    policy = [g for g in groups if g["corpus"] != "hotpotqa"]
     for feature in ("cos", "coverage_idf"):
         k, n = baseline_top1(policy, feature)
         print(f"baseline top-1 by {feature}: {k}/{n}")
@@ -435,17 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             support_bar,
             KEEP_RATIO,
             meta={
-                "trained_on": "tune splits of "
-                + ", ".join([*POLICY, "hotpotqa (bridge)"])
-                + (
-                    f"; {len({g['qid'] for g in llm_groups})} LLM-written questions ({args.llm_kinds})"
-                    if llm_groups
-                    else ""
-                ),
+                "trained_on": "tune splits of " + ", ".join([*POLICY, "hotpotqa (bridge)"]),
                 "examples": int(sum(len(g["y"]) for g in groups)),
                 "positives": int(sum(g["y"].sum() for g in groups)),
                 "c": args.c,
-                "cross_encoder": args.ce.name if args.ce else None,
                 "loco": summary(pooled, answer_bar),
             },
         )

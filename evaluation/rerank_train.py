@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -470,12 +470,6 @@ def _model_scores(model: FeatureModel) -> Callable[[np.ndarray], np.ndarray]:
     return lambda x: model.raw_scores(x[:, idx])
 
 
-def policy_pool(set_name: str) -> str:
-    """The training set an ``evaluation.rerank_groups`` set joins: every policy corpus pools into one ``policy`` set
-    (weighing as much in total as SciFact or NQ); HotpotQA stays its own."""
-    return set_name if set_name == "hotpotqa" else "policy"
-
-
 V2_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in READING_FEATURES)
 V1_FEATURES: tuple[str, ...] = tuple(f for f in V2_FEATURES if f not in SENTENCE_FEATURES)
 # what each model weighs: every later one adds to the one before
@@ -578,14 +572,10 @@ def train(
     compare: Sequence[Path] = (FEATURE_MODELS["features-v1"], FEATURE_MODELS["features-v2"]),
     embedder: Any | None = None,
     reading_encoder: Any | None = None,
-    extra: Mapping[str, Sequence[Group]] | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[FeatureModel, dict[str, Any]]:
     """Fit ``name`` over ``features`` on the training halves of SciFact (train qrels) and NQ-Open; report
     held-out halves.
-
-    ``extra``: more training sets by name (``load_extra_groups``: the policy suites' and HotpotQA's tune splits,
-    asked through the query path), each weighing as much in total as SciFact or NQ.
 
     Candidate lists are our own hybrid retrieval (BM25 + MiniLM + RRF k=60, top 40) over each pool, so
     negatives are the hard ones the app would see. L2 strength is chosen by query-grouped cross-validation
@@ -614,14 +604,6 @@ def train(
         reading_encoder=reading_encoder if reading else None,
         log=log,
     )
-    for set_name, extra_groups in (extra or {}).items():
-        if any(g.x.shape[1] != len(FEATURE_NAMES) for g in extra_groups):
-            raise ValueError(
-                f"the {set_name} groups hold another feature set than FEATURE_NAMES: rebuild them with "
-                "python -m evaluation.rerank_groups"
-            )
-        train_sets[set_name] = list(extra_groups)
-        log(f"{set_name}: {len(extra_groups)} train queries")
 
     def cv_score(l2: float, feature_cols: Sequence[int]) -> float:
         per_fold = []
@@ -694,12 +676,7 @@ def train(
             "trained_by": "python -m evaluation.rerank_train",
             "embedding_model": getattr(embedder, "name", DEFAULT_EMBEDDING_MODEL),
             "training_data": {
-                n: {
-                    "queries": len(gs),
-                    "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"
-                    if n in dev_sets
-                    else "the query path's candidates (evaluation.rerank_groups, tune split)",
-                }
+                n: {"queries": len(gs), "pairs_from": "hybrid top-40 (BM25 + MiniLM + RRF k=60)"}
                 for n, gs in train_sets.items()
             },
             "split": "sha256('rerank-split:'+query_id)[0] % 2 == 1 is held out",
@@ -752,42 +729,11 @@ def train(
     return model, report
 
 
-def load_extra_groups(
-    path: Path,
-    *,
-    exclude: Sequence[str] = (),
-    merge: Mapping[str, str] | Callable[[str], str] | None = None,
-) -> dict[str, list[Group]]:
-    """Training sets from an ``evaluation.rerank_groups`` file: ``{set: [Group]}`` without the ``exclude`` sets;
-    ``merge`` renames sets (a mapping, or a function such as ``policy_pool``: the policy suites into one set)."""
-    with np.load(path) as z:
-        index = json.loads(bytes(z["index"]).decode())
-        out: dict[str, list[Group]] = {}
-        for i, meta in enumerate(index):
-            if meta["set"] in exclude:
-                continue
-            labels = z[f"labels{i}"]
-            relevant = frozenset(cid for cid, label in zip(meta["ids"], labels, strict=True) if label == 1)
-            name = merge(meta["set"]) if callable(merge) else (merge or {}).get(meta["set"], meta["set"])
-            out.setdefault(name, []).append(
-                Group(f"{meta['set']}:{meta['qid']}", z[f"x{i}"], labels, meta["ids"], relevant)
-            )
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--out", type=Path, default=None, help="Default: the model's file in rag/models/.")
-    parser.add_argument(
-        "--extra",
-        type=Path,
-        default=None,
-        help="More training groups (python -m evaluation.rerank_groups --split tune): the policy suites, pooled "
-        "as one set, and HotpotQA.",
-    )
-    parser.add_argument("--exclude", default="", help="Sets of --extra to leave out (leave one corpus out).")
     parser.add_argument(
         "--model",
         choices=sorted(MODEL_FEATURES),
@@ -798,11 +744,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--v1", action="store_true", help="The same as --model features-v1.")
     args = parser.parse_args(argv)
     model = "features-v1" if args.v1 else args.model
-    extra = (
-        load_extra_groups(args.extra, exclude=[x for x in args.exclude.split(",") if x], merge=policy_pool)
-        if args.extra
-        else None
-    )
     train(
         data_dir=args.data_dir,
         cache_dir=args.cache_dir,
@@ -810,7 +751,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         features=MODEL_FEATURES[model],
         name=args.name or model,
         compare=[FEATURE_MODELS[m] for m in MODEL_FEATURES if m != model],
-        extra=extra,
     )
     return 0
 

@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 
 from rag.config import Settings
-from rag.cross_encoder import ReaderCrossEncoder
-from rag.models import MODELS_DIR
 from rag.models.dependency import DependencyModel
 from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
 from rag.models.reader import ReaderModel
@@ -352,15 +350,11 @@ class Pipeline:
         self.trace_store: TraceSink | None = trace_store
         if reader_model is None and "reader" not in settings.ablated:
             reader_model = ReaderModel.load()
-        # the cross-encoder whose logits the reader model was trained with, when it was
-        ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
-        cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
         self.models = Models(
             reader,
             embedder,
             reranker,
             reader_model,
-            cross_encoder,
             reading_encoder,
             reading_model,
             dependency_model=None if "excerpts" in settings.ablated else DependencyModel.load(),

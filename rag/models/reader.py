@@ -43,10 +43,6 @@ FEATURES: tuple[str, ...] = (
     "passage_score",  # its passage's rerank score
     "passage_gap",  # ... minus the best passage's
     "passage_rr",  # 1 / its passage's rank by rerank score
-    "ce",  # the cross-encoder's logit for (intent, heading: sentence); the lowest read where not read
-    "ce_gap",  # ... minus the best sentence's
-    "ce_rr",  # 1 / its rank by the cross-encoder (0 where not read)
-    "ce_read",  # the cross-encoder read it (one of the PREFILTER best by cos or by coverage_idf)
 )
 
 

@@ -463,11 +463,6 @@ class FeatureReranker:
         )
         return x[:, self._columns]
 
-    def all_features(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
-        """Every feature (candidates x FEATURE_NAMES), whatever the model weighs: training data for another model
-        (``evaluation.rerank_groups``)."""
-        return self._matrix(question, candidates, sentences=True, reading=True)
-
     def rerank(
         self,
         question: str,

@@ -33,8 +33,6 @@ from rag.stages.shared import Models, QueryVectors, Scoring, VectorLookup
 from rag.text import bm25_token_set, bm25_tokens, collapse_ws
 from rag.types import Bundle, Coverage, Dropped, Evidence, EvidenceSentence, Intent, Reading
 
-PREFILTER = 8  # the cross-encoder reads the union of the 8 best sentences by cosine and by IDF coverage
-
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\uf0b7]|\d+[.)]|[a-z][.)])\s")
 
 
@@ -123,36 +121,6 @@ def reader_features(
     return x
 
 
-def prefiltered(x: np.ndarray, k: int = PREFILTER) -> list[int]:
-    """The sentences the cross-encoder reads: the union of the ``k`` best by cosine and by IDF coverage."""
-    cos, cov = x[:, FEATURES.index("cos")], x[:, FEATURES.index("coverage_idf")]
-    return sorted(
-        set(np.argsort(-cos, kind="stable")[:k].tolist()) | set(np.argsort(-cov, kind="stable")[:k].tolist())
-    )
-
-
-def with_cross_encoder(x: np.ndarray, read: Sequence[int], logits: Sequence[float]) -> np.ndarray:
-    """``x`` with the cross-encoder columns filled from the logits of the sentences ``read``."""
-    x = x.copy()
-    col = {name: i for i, name in enumerate(FEATURES)}
-    if not read:
-        return x
-    values = np.asarray(logits, dtype=float)
-    ce = np.full(len(x), values.min())
-    ce[list(read)] = values
-    x[:, col["ce"]] = ce
-    x[:, col["ce_gap"]] = ce - values.max()
-    rr = np.zeros(len(x))
-    rr[list(read)] = _rr(values)
-    x[:, col["ce_rr"]] = rr
-    x[:, col["ce_read"]] = 0.0
-    x[list(read), col["ce_read"]] = 1.0
-    return x
-
-
-CrossEncode = Callable[[str, Sequence[str]], Sequence[float]]  # (intent, texts) -> one logit per text
-
-
 def intent_features(
     intents: Sequence[str],
     sentences: Sequence[EvidenceSentence],
@@ -160,11 +128,9 @@ def intent_features(
     query_vectors: Sequence[np.ndarray],
     vectors: VectorLookup,
     passage_scores: Mapping[int, float],
-    cross_encoder: CrossEncode | None = None,
 ) -> list[np.ndarray]:
     """One (sentences x FEATURES) matrix per intent: what ``read`` scores and what the reader is trained on
-    (``query_vectors``: one per intent; ``cross_encoder(intent, texts)``: logits for the ``prefiltered``
-    sentences, in ``reading_text`` form)."""
+    (``query_vectors``: one per intent)."""
     if not sentences:
         return [np.zeros((0, len(FEATURES))) for _ in intents]
     sv = vectors([reading_text(s.heading, s.text) for s in sentences])
@@ -189,10 +155,6 @@ def intent_features(
             passage_vectors=passage_vectors,
             passage_scores=passage_scores,
         )
-        if cross_encoder is not None:
-            chosen = prefiltered(x)
-            texts = [reading_text(sentences[i].heading, sentences[i].text) for i in chosen]
-            x = with_cross_encoder(x, chosen, cross_encoder(intent, texts))
         out.append(x)
     return out
 
@@ -205,7 +167,6 @@ def read(
     query_vectors: Sequence[np.ndarray],
     vectors: VectorLookup,
     passage_scores: Mapping[int, float],
-    cross_encoder: CrossEncode | None = None,
 ) -> Reading:
     """The probability that each sentence states what each intent asks (``intent_features``' arguments)."""
     if not sentences:
@@ -216,7 +177,6 @@ def read(
         query_vectors=query_vectors,
         vectors=vectors,
         passage_scores=passage_scores,
-        cross_encoder=cross_encoder,
     )
     rows = [model.probabilities(x) for x in features]
     return Reading(np.vstack(rows), tuple(sentences), model.answer_bar, model.support_bar, model.keep_ratio)
@@ -357,5 +317,4 @@ class Read:
             query_vectors=self.scoring.reading.vectors(texts),
             vectors=self.scoring.reading_vector_lookup(evidence),
             passage_scores={e.n: score_of(e.candidate) for e in evidence},
-            cross_encoder=self.models.reader_cross_encoder,
         )

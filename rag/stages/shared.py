@@ -9,7 +9,6 @@ from typing import Protocol
 
 import numpy as np
 
-from rag.cross_encoder import ReaderCrossEncoder
 from rag.models.dependency import DependencyModel
 from rag.models.embedder import Embedder
 from rag.models.reader import ReaderModel
@@ -31,7 +30,6 @@ class Models:
     embedder: Embedder
     reranker: Reranker
     reader_model: ReaderModel | None = None  # the reader (rag/stages/read.py); None when switched off
-    reader_cross_encoder: ReaderCrossEncoder | None = None  # whose logits the reader model was trained with
     reading_encoder: Embedder | None = None  # what the reader reads sentences with (rag/models/reading.py)
     reading_model: str = ""  # the identity its stored vectors carry (``rag.models.reading.identity``)
     # which sentences an extractive answer's excerpt takes with the chosen one (rag/models/dependency.py); None:

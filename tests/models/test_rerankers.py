@@ -766,19 +766,6 @@ def test_feature_reranker_reads_stored_reading_vectors_and_the_reading_query_vec
     # per call, as the sentence providers
     per_call = {**reading, "c3": np.stack([-q]), "c1": np.stack([q])}
     assert reranker.rerank(QUESTION, cands, reading_vectors=per_call.get)[0].chunk_id == "c1"
-    # every feature for training data, whatever the model weighs: both families filled
-    x = FeatureReranker(
-        _reading_model(),
-        sentence_vectors=stored.get,
-        query_vector=lambda _: q,
-        reading_vectors=reading.get,
-        reading_query_vector=lambda _: q,
-    ).all_features(QUESTION, cands)
-    assert x.shape == (len(cands), len(FEATURE_NAMES))
-    assert np.allclose(
-        x[:, FEATURE_NAMES.index("maxsim")], sentence_features(q, [stored[c.chunk_id] for c in cands])[:, 0]
-    )
-    assert x[[c.chunk_id for c in cands].index("c3"), FEATURE_NAMES.index("read_maxsim_rank_rr")] == 1.0
 
 
 def test_feature_reranker_embeds_missing_reading_vectors_after_the_heading() -> None:

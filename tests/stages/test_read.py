@@ -12,14 +12,11 @@ from rag.errors import ConfigurationError
 from rag.models.reader import DEFAULT_READER_MODEL, FEATURES, ReaderModel
 from rag.stages.extractive import evidence_sentences
 from rag.stages.read import (
-    PREFILTER,
-    prefiltered,
     read,
     reader_coverage,
     reader_features,
     reader_support,
     trim_bundles,
-    with_cross_encoder,
 )
 from rag.text import bm25_tokens
 from rag.types import Coverage, Evidence, Intent, Reading
@@ -129,20 +126,6 @@ def test_read_gives_one_row_per_intent_and_the_stating_sentence_the_highest_prob
     best = [sents[int(np.argmax(reading.probabilities[r]))].text for r in range(2)]
     assert "lost or stolen laptop" in best[0]
     assert "25 days" in best[1]
-
-
-def test_the_cross_encoder_reads_only_the_prefiltered_sentences() -> None:
-    x = np.zeros((30, len(FEATURES)))
-    x[:, FEATURES.index("cos")] = np.arange(30)
-    x[:, FEATURES.index("coverage_idf")] = -np.arange(30)
-    chosen = prefiltered(x)
-    assert len(chosen) == 2 * PREFILTER
-    assert set(chosen) == set(range(PREFILTER)) | set(range(30 - PREFILTER, 30))
-    filled = with_cross_encoder(x, chosen, [float(i) for i in range(len(chosen))])
-    ce = filled[:, FEATURES.index("ce")]
-    assert filled[:, FEATURES.index("ce_read")].sum() == len(chosen)
-    assert ce[chosen[-1]] == len(chosen) - 1 and ce.min() == 0.0
-    assert filled[chosen[-1], FEATURES.index("ce_rr")] == 1.0
 
 
 def test_an_intent_no_sentence_answers_is_uncovered_and_none_answered_abstains() -> None:
