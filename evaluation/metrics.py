@@ -1,5 +1,5 @@
 """Ranking metrics as BEIR reports them (pytrec_eval, i.e. trec_eval's ``ndcg_cut`` and ``recall``): the one
-definition that reranker training (``evaluation.rerank_train``) and the
+definition that reranker training (``evaluation.training.reranker``) and the
 retrieval benchmarks (``evaluation.retrieval``, ``evaluation.rerankers``, ``evaluation.peer``) all import.
 
 - nDCG@k: gain = the qrels grade (linear, not 2^grade - 1), discount log2(rank + 1), ideal DCG from the qrels'

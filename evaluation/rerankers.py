@@ -2,7 +2,7 @@
 
     python -m evaluation.rerankers --out evaluation/results/rerankers.json
 
-SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/rerank_train.py) against the
+SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/training/reranker.py) against the
 full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense MiniLM, RRF k=60, top 40.
 NQ-Open (held-out half, pool = the distinct gold passages) is reported separately. For each query every
 reranker reranks the same 40 candidates, in rotating order, and the rerank call alone is timed.
@@ -40,7 +40,7 @@ from rag.config import library_defaults
 library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
 from evaluation.metrics import ndcg_at, recall_at  # noqa: E402
-from evaluation.rerank_train import (  # noqa: E402
+from evaluation.opendata import (  # noqa: E402
     DEFAULT_CACHE_DIR,
     DEFAULT_DATA_DIR,
     Retrieval,

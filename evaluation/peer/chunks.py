@@ -29,7 +29,7 @@ class SciFactQuery:
 
 def scifact_queries(root: Path, limit: int | None) -> list[SciFactQuery]:
     """The held-out half of the train-qrels queries (the reranker never trained on them), by query id."""
-    from evaluation.rerank_train import heldout
+    from evaluation.opendata import heldout
 
     texts = {}
     for line in (root / "queries.jsonl").read_text().splitlines():

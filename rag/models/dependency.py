@@ -4,7 +4,7 @@ the extractive answer is a contiguous excerpt of one passage: the sentence the r
 meaning depends on, and no more.
 
 Whether a sentence depends on the one before it is one learned model (``DependencyModel``, shipped as
-``rag/models/dependency.json``, trained by ``python -m evaluation.dependency_train`` on hand-labelled sentence pairs
+``rag/models/dependency.json``, trained by ``python -m evaluation.training.dependency`` on hand-labelled sentence pairs
 of the policy corpora, validated leave one corpus out). Its inputs are what ingestion keeps of a passage's structure
 (the sentence before is a heading, a lead-in ending in ":", a question, a list item; the sentence is a list item)
 and the two sentences' words (their opening words, the words they share); nothing in it is a hand-written list.
@@ -103,7 +103,7 @@ def dependency_features(prev: str, cur: str, *, kind: str = "sentence") -> dict[
 class DependencyModel:
     """A logistic model over ``dependency_features`` (sparse: a weight per feature name; features it was not
     trained on weigh nothing) and ``bar``, the probability at which a sentence counts as depending on the one
-    before it (calibrated leave one corpus out on the labels, ``evaluation.dependency_train``)."""
+    before it (calibrated leave one corpus out on the labels, ``evaluation.training.dependency``)."""
 
     weights: Mapping[str, float]
     intercept: float
@@ -139,7 +139,7 @@ class DependencyModel:
         if not path.is_file():
             raise ConfigurationError(
                 f"No sentence-dependency model at {path}.",
-                hint="Train it: python -m evaluation.dependency_train --write.",
+                hint="Train it: python -m evaluation.training.dependency --write.",
             )
         return _load(path)
 

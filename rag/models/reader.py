@@ -91,7 +91,7 @@ class ReaderModel:
         if features != FEATURES:
             raise ConfigurationError(
                 "The reader model was trained on other features than this version computes.",
-                hint="Retrain it: python -m evaluation.reader_train.",
+                hint="Retrain it: python -m evaluation.training.reader.",
             )
         return cls(
             features,
@@ -109,6 +109,6 @@ class ReaderModel:
     def load(cls, path: Path = DEFAULT_READER_MODEL) -> ReaderModel:
         if not path.is_file():
             raise ConfigurationError(
-                f"No reader model at {path}.", hint="Train it: python -m evaluation.reader_train."
+                f"No reader model at {path}.", hint="Train it: python -m evaluation.training.reader."
             )
         return cls.from_json(json.loads(path.read_text()))

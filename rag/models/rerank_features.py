@@ -1,7 +1,7 @@
 """The features of a (question, candidate) pair that the feature reranker (``rag.models.rerankers.FeatureReranker``)
 weighs: lexical, dense and fusion scores and ranks, query-term coverage, and the question's cosines with the
 passage's sentences (``sentence_features``): by the retrieval embedder, each sentence alone, and by the reading
-encoder (``rag.models.reading``), each sentence read after the passage's heading. ``evaluation.rerank_train``
+encoder (``rag.models.reading``), each sentence read after the passage's heading. ``evaluation.training.reranker``
 computes the same matrix to train the model."""
 
 from __future__ import annotations

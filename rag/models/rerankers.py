@@ -5,7 +5,7 @@ Every reranker takes the fused candidate list and returns all of it, best first,
 
 - ``NoReranker`` ("none"): keeps fusion order; ``rerank_score`` is the fused score.
 - ``FeatureReranker`` ("features-v2"): a linear model over lexical, dense, fusion and sentence-level features
-  of each (question, candidate) pair (rag/models/rerank_features.py), trained by ``python -m evaluation.rerank_train``. The
+  of each (question, candidate) pair (rag/models/rerank_features.py), trained by ``python -m evaluation.training.reranker``. The
   sentence features use the query vector and the sentence vectors stored at ingestion
   (``IndexReader.sentence_vectors``), so they cost dot products only: a few milliseconds for 40 candidates on
   2 CPU cores (docs/rerankers.md). ``features-v3`` adds the same four features by the reading encoder
@@ -67,7 +67,7 @@ DEFAULT_READING_MODEL = "minilm-mpnet-reader"  # what features-v3's reading feat
 DEFAULT_READING_RUNTIME = "onnx-int8"  # and how it ran (rag.config.Settings.reading_runtime)
 
 log = logging.getLogger(__name__)
-_RETRAIN = "Retrain it with `python -m evaluation.rerank_train`, or set RAG_RERANKER=none."
+_RETRAIN = "Retrain it with `python -m evaluation.training.reranker`, or set RAG_RERANKER=none."
 
 # chunk_id -> (units x dim) L2-normalised sentence vectors (or reading vectors), or None; question text ->
 # L2-normalised vector
@@ -726,7 +726,7 @@ def _warn_on_other_reading_vectors(model: FeatureModel, settings: Settings) -> N
     if serving != trained:
         log.warning(
             "Reranker %s learnt its reading features from %s vectors, this configuration reads %s: its ranking "
-            "may drift. Retrain it with `python -m evaluation.rerank_train`.",
+            "may drift. Retrain it with `python -m evaluation.training.reranker`.",
             model.name,
             trained,
             serving,

@@ -1,7 +1,7 @@
 """The reader: for every sentence of the final evidence, the probability that it states what an intent asks.
 
 Ranking reads passages by topic; an answer needs the sentence that states the asked-for fact. The reader is one
-learned model over (intent, sentence) pairs, trained by ``python -m evaluation.reader_train`` on sentence-level
+learned model over (intent, sentence) pairs, trained by ``python -m evaluation.training.reader`` on sentence-level
 labels (gold quotes against the other evidence sentences, near misses as negatives) and shipped as
 ``rag/models/reader.json``. Its features cost dot products and set lookups: the sentence vectors were embedded at
 ingestion, the intent's vector is the cached query vector. Each sentence is read with its context: the sentence

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from evaluation.dependency_train import load_labels
+from evaluation.training.dependency import load_labels
 from rag.models.dependency import DependencyModel, dependency_features, is_list_item
 from rag.stages.citations import check_citations
 from rag.stages.extractive import extractive_answer

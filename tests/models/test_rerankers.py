@@ -1063,7 +1063,7 @@ def test_features_v3_loads_opt_in_and_warns_on_other_reading_vectors(
     assert v3.uses_reading and v3.uses_sentences and 0.0 < v3.abstain_threshold < 0.5
     settings = load_settings(reranker="features-v3")
     assert v3.meta["reading_model_identity"] == identity(settings.reading_model, settings.reading_runtime), (
-        "the reading encoder's weights changed: retrain features-v3 (python -m evaluation.rerank_train)"
+        "the reading encoder's weights changed: retrain features-v3 (python -m evaluation.training.reranker)"
     )
     assert AUTO_RERANKER != "features-v3"  # measured, not adopted (docs/rerankers.md)
     with caplog.at_level("WARNING", logger="rag.models.rerankers"):

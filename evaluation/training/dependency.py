@@ -1,8 +1,8 @@
 """Train the sentence-dependency model (``rag/models/dependency.json``): does a sentence's meaning depend on the
 sentence (or heading) before it in its passage? (``rag.models.dependency``.)
 
-    python -m evaluation.dependency_train pool --work-dir /work/cache/suite --out pool.jsonl   # pairs to label
-    python -m evaluation.dependency_train train [--write]                                      # LOCO, then fit
+    python -m evaluation.training.dependency pool --work-dir /work/cache/suite --out pool.jsonl   # pairs to label
+    python -m evaluation.training.dependency train [--write]                                      # LOCO, then fit
 
 The labels (``evaluation/suites/dependency/pairs.jsonl``) are sentence pairs labelled by hand: 1 when the sentence,
 read alone, loses what the one before it (or the heading above it) says (its examples, exception, condition or answer
@@ -38,7 +38,7 @@ import numpy as np
 from rag.models.dependency import DEFAULT_DEPENDENCY_MODEL, DependencyModel, dependency_features
 
 POLICY = ("dev", "gitlab", "moj", "hypha", "sample")
-LABELS = Path(__file__).resolve().parent / "suites" / "dependency" / "pairs.jsonl"
+LABELS = Path(__file__).resolve().parents[1] / "suites" / "dependency" / "pairs.jsonl"
 SEED = 20261207
 RECALL = 0.8  # the bar keeps at least this share of the held-out dependencies of answer sentences
 C = 1.0
@@ -199,7 +199,7 @@ def report(rows: Sequence[dict[str, Any]], *, c: float = C, recall: float = RECA
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evaluation.dependency_train", description=__doc__.splitlines()[0]
+        prog="python -m evaluation.training.dependency", description=__doc__.splitlines()[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pool", help="Draw sentence pairs to label.")
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 "recall": args.recall,
                 "held_out": result["pooled"],
                 "auc": result["auc"],
-                "trained_by": "python -m evaluation.dependency_train train --write",
+                "trained_by": "python -m evaluation.training.dependency train --write",
             },
         )
         DEFAULT_DEPENDENCY_MODEL.write_text(json.dumps(model.to_json(), indent=1) + "\n")

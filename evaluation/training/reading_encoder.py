@@ -1,7 +1,7 @@
 """Train the reading encoder (``rag/models/minilm-mpnet-reader.npz``): all-MiniLM-L6-v2 taught to read like
 all-mpnet-base-v2.
 
-    python -m evaluation.reading_distill --shared ../shared --work-dir /work/cache/suite --cache DIR [--write]
+    python -m evaluation.training.reading_encoder --shared ../shared --work-dir /work/cache/suite --cache DIR [--write]
 
 all-mpnet-base-v2 (the teacher) puts the sentence that states what was asked first more often than MiniLM-L6 when
 each sentence is read after its passage's heading, but costs 8-12x as much per text. The student starts from the
@@ -282,7 +282,7 @@ def write(student: Path, path: Path = WEIGHTS) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
     parser.add_argument(
         "--work-dir", type=Path, required=True, help="Where the suites' corpora are ingested."
     )

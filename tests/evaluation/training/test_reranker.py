@@ -1,4 +1,4 @@
-"""Reranker training (evaluation/rerank_train.py): metrics and fusion, the pairwise fit, the abstention
+"""Reranker training (evaluation/training/reranker.py): metrics and fusion, the pairwise fit, the abstention
 threshold, and a full train/save/load on tiny synthetic SciFact and NQ data."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.models.fakes import PASSAGES, HashEmbedder, make_chunk
 
 def test_training_metrics_and_fusion() -> None:
     from evaluation.metrics import ndcg_at, recall_at
-    from evaluation.rerank_train import rrf_candidates
+    from evaluation.opendata import rrf_candidates
 
     rel = frozenset({"a", "b"})
     assert ndcg_at(["a", "b", "c"], rel) == pytest.approx(1.0)
@@ -31,7 +31,7 @@ def test_training_metrics_and_fusion() -> None:
 
 
 def test_pairwise_fit_learns_the_informative_feature() -> None:
-    from evaluation.rerank_train import fit_pairwise, fit_platt
+    from evaluation.training.reranker import fit_pairwise, fit_platt
 
     rng = np.random.default_rng(0)
     diffs = rng.normal(size=(400, 3))
@@ -90,7 +90,7 @@ class ReadingFake(HashEmbedder):
 
 
 def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
-    from evaluation.rerank_train import train
+    from evaluation.training.reranker import train
 
     _write_tiny_datasets(tmp_path / "data")
     out = tmp_path / "model.json"
@@ -146,7 +146,7 @@ def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
 
 
 def test_train_an_earlier_feature_set_reads_no_reading_vectors(tmp_path: Path) -> None:
-    from evaluation.rerank_train import MODEL_FEATURES, train
+    from evaluation.training.reranker import MODEL_FEATURES, train
 
     _write_tiny_datasets(tmp_path / "data")
     reading = ReadingFake()
@@ -169,7 +169,7 @@ def test_train_an_earlier_feature_set_reads_no_reading_vectors(tmp_path: Path) -
 
 
 def test_feature_sets_and_their_ablations() -> None:
-    from evaluation.rerank_train import MODEL_FEATURES, V1_FEATURES, V2_FEATURES, ablations
+    from evaluation.training.reranker import MODEL_FEATURES, V1_FEATURES, V2_FEATURES, ablations
     from rag.models.rerankers import READING_FEATURES, SENTENCE_FEATURES
 
     assert MODEL_FEATURES["features-v3"] == FEATURE_NAMES
@@ -188,7 +188,7 @@ _FILES = {"features-v1": "reranker_features_v1.json", "features-v2": "reranker_f
 
 
 def test_abstain_threshold_leaves_under_two_percent_of_gold_below() -> None:
-    from evaluation.rerank_train import Group, abstain_threshold_for
+    from evaluation.training.reranker import Group, abstain_threshold_for
 
     # 200 queries; query i's gold candidate scores (i + 1) / 200, its negative 0.999
     groups = [
@@ -205,7 +205,7 @@ def test_abstain_threshold_leaves_under_two_percent_of_gold_below() -> None:
 # --------------------------------------------------------------------------------------- shared data
 @pytest.mark.shared
 def test_shared_datasets_load(shared_dir: Path) -> None:
-    from evaluation.rerank_train import heldout, load_nq, load_scifact
+    from evaluation.opendata import heldout, load_nq, load_scifact
 
     sci = load_scifact(shared_dir / "data")
     assert len(sci.passages) == 5183 and len(sci.queries) > 800

@@ -1,6 +1,6 @@
 """Train the reader (``rag/models/reader.json``): which evidence sentence states what a question asks.
 
-    python -m evaluation.reader_train --shared ../shared --work-dir /work/cache/suite [--write]
+    python -m evaluation.training.reader --shared ../shared --work-dir /work/cache/suite [--write]
 
 Examples are read off the query path itself: every tune-split question of the policy suites (dev, GitLab, MoJ,
 Hypha, sample) and HotpotQA is asked through the pipeline the app builds, and each sentence of its final
@@ -255,7 +255,7 @@ def loco(groups: Sequence[dict], c: float = C) -> tuple[dict[str, dict], dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--cache", type=Path, help="Examples collected before (the pickle --save wrote).")
     parser.add_argument("--save", type=Path, help="Write the collected examples here.")
