@@ -13,7 +13,7 @@ import typer
 
 from rag.cli_support import user_errors
 from rag.config import load_settings
-from rag.llm.client import serve as llm_serve
+from rag.llm import serve as llm_serve
 
 llm_app = typer.Typer(
     help="The packaged local LLM (Qwen2.5-Coder-1.5B-Instruct) behind an OpenAI-compatible server.",
