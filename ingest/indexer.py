@@ -271,10 +271,6 @@ def ingest_lock(data_dir: Path, wait_s: float = 600.0) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _empty_manifest(model: str, dim: int) -> Manifest:
-    return Manifest(generation="", created_at="", embedding_model=model, dim=dim, documents={}, sources={})
-
-
 def _next_generation_name(data_dir: Path) -> str:
     folder = index_root(data_dir) / GENERATIONS
     numbers = [int(p.name.split("-")[1]) for p in folder.glob("gen-*") if p.name.split("-")[1].isdigit()]

@@ -329,10 +329,6 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def index_dir(self) -> Path:
-        return self.data_dir / "index"
-
-    @property
     def sqlalchemy_url(self) -> str:
         if self.database_url:
             return self.database_url

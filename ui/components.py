@@ -276,11 +276,6 @@ def show_failed_citations(trace: dict[str, Any]) -> None:
         )
 
 
-def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """Claims of the answer that the claim check did not find supported (contradicted, unsupported, uncited)."""
-    return status.unsupported_claims(trace)
-
-
 def citations_checked(trace: dict[str, Any]) -> bool:
     """The one condition for the green "Citations checked" badge (``rag.traces.status.citations_checked``)."""
     return status.citations_checked(trace)

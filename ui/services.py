@@ -27,7 +27,6 @@ from rag.errors import (
     ConfigurationError,
     EmptyIndexError,
     GenerationError,
-    IndexUnavailableError,
     RagError,
     RetrievalError,
     StorageError,
@@ -489,15 +488,6 @@ def ask_streaming(
     thread = threading.Thread(target=run, name="rag-answer", daemon=True)
     thread.start()
     return StreamingAnswer(q, thread, box)
-
-
-def index_error_or_none(settings: Settings) -> BaseException | None:
-    """Why the index cannot be read right now, or None."""
-    try:
-        get_reader(settings)
-        return None
-    except (IndexUnavailableError, RagError) as exc:
-        return exc
 
 
 # ----------------------------------------------------------------------------- evaluation

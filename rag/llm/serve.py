@@ -423,7 +423,7 @@ def serve(
         server.stop()
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def _raise_interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 

@@ -130,13 +130,6 @@ def _with_mode(generated: Generated, mode: str, **extra: Any) -> GenerationResul
 
 
 # ---------------------------------------------------------------------- quote-then-answer
-# The output layout ``split_quote_answer`` expects; the prompt builder may use this text as its instruction.
-QUOTE_THEN_ANSWER_FORMAT = (
-    "First write 'Quotes:' and below it copy, word for word, the sentences from the passages that answer the "
-    'question, one per line, each starting with its passage id, like: [2] "exact sentence". '
-    "Then write 'Answer:' and below it the answer, using only the quoted sentences, ending each sentence with "
-    "the ids of the passages it relies on, like [2]."
-)
 _ANSWER_HEADING = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?(?:final[ \t]+)?answer(?:\*\*|__)?[ \t]*:?(?:\*\*|__)?[ \t]*",
     re.IGNORECASE | re.MULTILINE,

@@ -15,8 +15,8 @@ import pytest
 
 from rag.config import load_settings
 from rag.errors import ConfigurationError, GenerationError
-from rag.llm.client import LLMClient, messages_for
 from rag.llm import serve as llm_serve
+from rag.llm.client import LLMClient, messages_for
 from rag.stages.generate import (
     NOTHING_FOUND,
     GenerationResult,
