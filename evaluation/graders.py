@@ -603,17 +603,6 @@ def cut_dependencies(result: dict, model: object = None) -> list[dict[str, str]]
                 "",
                 str(e.get("title") or ""),
                 str(e.get("section") or ""),
-                None,
-                None,
-                0,
-                None,
-                None,
-                (),
-                None,
-                None,
-                (),
-                "",
-                0,
             )
             for s in evidence_sentences([Evidence(n, Candidate(chunk), 0)]):
                 own = norm(s.text)

@@ -181,18 +181,7 @@ def _chunk(p: Passage) -> Chunk:
         text=p.text,
         source=p.pid,
         title=p.title,
-        section="",
-        page=None,
-        page_end=None,
-        ordinal=0,
-        prev_id=None,
-        next_id=None,
         groups=(PUBLIC_GROUP,),
-        effective=None,
-        expires=None,
-        tags=(),
-        doc_version="",
-        n_tokens=0,
     )
 
 

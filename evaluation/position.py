@@ -267,13 +267,7 @@ def _passage_chunk(p: Passage) -> Chunk:
         page=p.page,
         page_end=p.page,
         ordinal=p.ordinal,
-        prev_id=None,
-        next_id=None,
         groups=("*",),
-        effective=None,
-        expires=None,
-        tags=(),
-        doc_version="",
         n_tokens=p.n_tokens or 0,
     )
 

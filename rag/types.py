@@ -56,25 +56,26 @@ class DocumentMeta:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One indexed passage. ``chunk_id`` derives from the document id and the chunk's content."""
+    """One indexed passage. ``chunk_id`` derives from the document id and the chunk's content. Ingestion sets every
+    field; the defaults serve passages built elsewhere (evaluation's, tests'), and the access default is no group."""
 
     chunk_id: str
     doc_id: str
     text: str
     source: str  # file path (or JSONL path#id) it came from
     title: str
-    section: str  # section path, "Travel > Reimbursement > Local travel"
-    page: int | None  # first page (1-based) for PDFs, None otherwise
-    page_end: int | None
-    ordinal: int  # position within the document, 0-based
-    prev_id: str | None
-    next_id: str | None
-    groups: tuple[str, ...]
-    effective: date | None
-    expires: date | None
-    tags: tuple[str, ...]
-    doc_version: str  # content hash of the document this chunk came from
-    n_tokens: int
+    section: str = ""  # section path, "Travel > Reimbursement > Local travel"
+    page: int | None = None  # first page (1-based) for PDFs, None otherwise
+    page_end: int | None = None
+    ordinal: int = 0  # position within the document, 0-based
+    prev_id: str | None = None
+    next_id: str | None = None
+    groups: tuple[str, ...] = ()  # who may read it; none (the default) is no one
+    effective: date | None = None
+    expires: date | None = None
+    tags: tuple[str, ...] = ()
+    doc_version: str = ""  # content hash of the document this chunk came from
+    n_tokens: int = 0
 
     @property
     def meta(self) -> DocumentMeta:

@@ -8,36 +8,25 @@ a name belongs here only when something outside Python's call graph uses it.
 """
 
 # ruff: noqa
-_child_convert  # unused function (ingest/formats.py)
-_child_recognise  # unused function (ingest/ocr.py)
-_child_clean  # unused function (ingest/pdf.py)
-_child_answer  # unused function (ingest/pdf.py)
-_.intra_op_num_threads  # unused attribute (rag/models/embedder.py)
-_.inter_op_num_threads  # unused attribute (rag/models/embedder.py)
-_.log_severity_level  # unused attribute (rag/models/embedder.py)
-from_  # unused variable (rag/traces/schema.py)
-from_  # unused variable (rag/traces/schema.py)
-from_  # unused variable (rag/traces/schema.py)
-evidence_tokens  # unused variable (rag/traces/schema.py)
-feedback_reason  # unused variable (rag/tracestore/analytics.py)
-feedback_comment  # unused variable (rag/tracestore/analytics.py)
-thumbs_up  # unused variable (rag/tracestore/analytics.py)
-thumbs_down  # unused variable (rag/tracestore/analytics.py)
-_.isolation_level  # unused attribute (rag/tracestore/db.py)
-evidence_tokens  # unused variable (rag/tracestore/models.py)
-first_seen_at  # unused variable (rag/tracestore/models.py)
-intent_index  # unused variable (rag/tracestore/models.py)
-updated_at  # unused variable (rag/tracestore/models.py)
-superseded_by  # unused variable (rag/tracestore/models.py)
-updated_at  # unused variable (rag/tracestore/models.py)
-what_i_inherit  # unused function (tests/ingest/sandbox_readers.py)
-hog  # unused function (tests/ingest/sandbox_readers.py)
-crash  # unused function (tests/ingest/sandbox_readers.py)
-logprobs  # unused variable (ui/api/schemas.py)
-total_tokens  # unused variable (ui/api/schemas.py)
-system_fingerprint  # unused variable (ui/api/schemas.py)
-logprobs  # unused variable (ui/api/schemas.py)
-system_fingerprint  # unused variable (ui/api/schemas.py)
-owned_by  # unused variable (ui/api/schemas.py)
-updated_at  # unused variable (ui/api/schemas.py)
-model_key  # unused variable (ui/views/analytics.py)
+# ingest/formats.py: sandboxed child entry points, called by name
+_child_convert
+# ingest/ocr.py: sandboxed child entry point, called by name
+_child_recognise
+# ingest/pdf.py: sandboxed child entry points, called by name
+_child_clean; _child_answer
+# rag/models/embedder.py: ONNX Runtime session options
+_.intra_op_num_threads; _.inter_op_num_threads; _.log_severity_level
+# rag/traces/schema.py: pydantic fields of the trace
+from_; evidence_tokens
+# rag/tracestore/analytics.py: fields of an analytics row
+feedback_reason; feedback_comment; thumbs_up; thumbs_down
+# rag/tracestore/db.py: the SQLite driver's setting
+_.isolation_level
+# rag/tracestore/models.py: SQLAlchemy columns
+evidence_tokens; first_seen_at; intent_index; updated_at; superseded_by
+# tests/ingest/sandbox_readers.py: hostile readers the sandbox tests run by name
+what_i_inherit; hog; crash
+# ui/api/schemas.py: pydantic fields of the OpenAI-compatible API
+logprobs; total_tokens; system_fingerprint; owned_by; updated_at
+# ui/views/analytics.py: a Streamlit cache key
+model_key

@@ -697,7 +697,7 @@ def claim_cosine(
     def cosine(claim: str, sentences: Sequence[str]) -> list[float]:
         missing = [x for x in dict.fromkeys(sentences) if x not in known]
         if missing:
-            known.update(zip(missing, scoring._embed(missing), strict=True))
+            known.update(zip(missing, scoring.embed(missing), strict=True))
         key = claim_key(claim)
         vector = by_key.get(key)
         if vector is None:

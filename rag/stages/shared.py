@@ -87,7 +87,8 @@ class Scoring:
         self.models, self.queries = models, queries
         self.reading = reading if reading is not None else QueryVectors(models, reading=True)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Vectors of texts the index does not hold, by the retrieval embedder (read when called)."""
         return self.models.embedder.embed_queries(texts)
 
     def sentence_scorer(
@@ -120,7 +121,7 @@ class Scoring:
                 return []
             missing = [x for x in dict.fromkeys(sentences) if x not in known]
             if missing:
-                known.update(zip(missing, self._embed(missing), strict=True))
+                known.update(zip(missing, self.embed(missing), strict=True))
             qv = self.queries.vector(query)
             q = set(bm25_tokens(query))
             out = []
@@ -148,18 +149,7 @@ class Scoring:
         """Vectors of evidence sentences by text: the ones stored at ingestion, the rest (a table row read with
         its header, a passage of an index built before sentence vectors) embedded now, once each, or with
         ``stored_only`` a zero row."""
-        known = self.stored_sentence_vectors(evidence)
-
-        def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
-            if stored_only:
-                zero = np.zeros(self.models.embedder.dim, dtype=np.float32)
-                return np.vstack([known.get(x, zero) for x in texts]).astype(np.float32)
-            missing = [x for x in dict.fromkeys(texts) if x not in known]
-            if missing:
-                known.update(zip(missing, self._embed(missing), strict=True))
-            return np.vstack([known[x] for x in texts]).astype(np.float32)
-
-        return lookup
+        return _lookup(self.stored_sentence_vectors(evidence), lambda: self.models.embedder)
 
     def reading_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
         """The reading encoder's vectors of evidence sentences by ``reading_text`` (heading and sentence): the
@@ -174,15 +164,21 @@ class Scoring:
             if vectors is not None and len(vectors) == len(units):
                 heading = chunk_heading(chunk.title, chunk.section)
                 known.update((reading_text(heading, u), v) for u, v in zip(units, vectors, strict=True))
+        return _lookup(known, lambda: self.reading.encoder)
 
-        def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
-            encoder = self.reading.encoder
-            if stored_only:
-                zero = np.zeros(encoder.dim, dtype=np.float32)
-                return np.vstack([known.get(x, zero) for x in texts]).astype(np.float32)
-            missing = [x for x in dict.fromkeys(texts) if x not in known]
-            if missing:
-                known.update(zip(missing, encoder.embed_queries(missing), strict=True))
-            return np.vstack([known[x] for x in texts]).astype(np.float32)
 
-        return lookup
+def _lookup(known: dict[str, np.ndarray], encoder: Callable[[], Embedder]) -> VectorLookup:
+    """``known`` vectors by text; a text not there is embedded by ``encoder()`` (looked up when the lookup runs: a
+    benchmark may swap the embedder) once, or with ``stored_only`` given a zero row."""
+
+    def lookup(texts: Sequence[str], *, stored_only: bool = False) -> np.ndarray:
+        embedder = encoder()
+        if stored_only:
+            zero = np.zeros(embedder.dim, dtype=np.float32)
+            return np.vstack([known.get(x, zero) for x in texts]).astype(np.float32)
+        missing = [x for x in dict.fromkeys(texts) if x not in known]
+        if missing:
+            known.update(zip(missing, embedder.embed_queries(missing), strict=True))
+        return np.vstack([known[x] for x in texts]).astype(np.float32)
+
+    return lookup

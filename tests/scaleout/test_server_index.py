@@ -81,15 +81,8 @@ def make_chunks(n: int, doc: str = "doc-a") -> tuple[list[Chunk], list[list[str]
             section="1",
             text=f"Rule {i}: refunds within {i} days",
             ordinal=i,
-            page=None,
-            page_end=None,
-            prev_id=None,
-            next_id=None,
             doc_version="v1",
             groups=("staff",),
-            effective=None,
-            expires=None,
-            tags=(),
             n_tokens=8,
         )
         for i in range(n)
