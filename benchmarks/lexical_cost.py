@@ -168,6 +168,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
         else:
             from qdrant_client import QdrantClient, models
 
+            from rag.stores import LegsQuery
             from rag.stores.bm25 import average_length
             from rag.stores.qdrant import (
                 COLLECTION,
@@ -220,7 +221,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
                 lat.append((time.perf_counter() - t) * 1000)
                 cpu.append((time.process_time() - c) * 1000)
                 t, c = time.perf_counter(), time.process_time()
-                hybrid_search(client, COLLECTION, q, v, filt, TOP_N, TOP_N, 60)
+                hybrid_search(client, COLLECTION, LegsQuery(q, v, filt, TOP_N, TOP_N, 60))
                 hyb.append((time.perf_counter() - t) * 1000)
                 hyb_cpu.append((time.process_time() - c) * 1000)
                 out.setdefault("_hits", []).append([cid for cid, _ in got[:10]])

@@ -693,6 +693,7 @@ def _disk_mb(path: Path) -> float:
 def measure_stores(data_dir: Path, *, queries: int = 30, seed: int = 1) -> dict[str, Any]:
     """Open the generation with each embedded backend (in this process) and time each leg alone and the
     in-store hybrid call, under a filter; RSS after opening and after the queries."""
+    from rag.stores import LegsQuery
     from rag.stores.index import EmbeddedBackend, IndexReader
     from rag.types import Principal, SearchFilter
 
@@ -726,7 +727,7 @@ def measure_stores(data_dir: Path, *, queries: int = 30, seed: int = 1) -> dict[
         edge.dense.search(v, filt, 40)
         legs["edge_dense"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
-        edge.search(w, v, filt, n_lexical=40, n_dense=40, rrf_k=60)
+        edge.search(LegsQuery(w, v, filt, n_lexical=40, n_dense=40, rrf_k=60))
         legs["edge_hybrid"].append((time.perf_counter() - t) * 1000)
     out["rss_mb"]["with_both_open"] = round(_rss_mb(), 1)
     out["legs_ms"] = {name: percentiles(ms) for name, ms in legs.items()}

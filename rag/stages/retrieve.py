@@ -8,7 +8,7 @@ from dataclasses import replace
 from rag.config import Settings
 from rag.request import State
 from rag.stages.shared import Models, QueryVectors
-from rag.stores import fused_candidates
+from rag.stores import LegsQuery, fused_candidates
 from rag.text import bm25_tokens
 from rag.types import Candidate, Chunk, Intent, SearchFilter
 
@@ -133,7 +133,7 @@ class Search:
         vector = self.queries.vector(text)
         tokens = bm25_tokens(text)
         lexical, dense, fused = reader.search(
-            tokens, vector, filt, n_lexical=lexical_n, n_dense=dense_n, rrf_k=s.rrf_k
+            LegsQuery(tokens, vector, filt, n_lexical=lexical_n, n_dense=dense_n, rrf_k=s.rrf_k)
         )
         found = {cid: reader.get(cid) for cid, _ in [*lexical, *dense]}
         chunks = {k: v for k, v in found.items() if v is not None and filt.allows(v)}

@@ -75,16 +75,21 @@ class VectorStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class LegsQuery:
+    """One query of both legs: its BM25 tokens and vector, the asker's filter (required: there is no unfiltered
+    search), how many hits each leg returns, and RRF's k for a store that fuses them itself."""
+
+    tokens: Sequence[str]
+    vector: np.ndarray
+    filt: SearchFilter
+    n_lexical: int
+    n_dense: int
+    rrf_k: int
+
+
 class HybridSearch(Protocol):
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         """Both legs and their fusion in one call (``fused`` is None only when a leg is asked for no hits)."""
         ...
 
@@ -99,21 +104,18 @@ class Stores:
     hybrid: HybridSearch | None = None
     close: Callable[[], None] = lambda: None
 
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        *,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         if self.hybrid is not None:
-            return self.hybrid.search(tokens, vector, filt, n_lexical, n_dense, rrf_k)
-        return Legs(
-            self.lexical.search(tokens, filt, n_lexical), self.dense.search(vector, filt, n_dense), None
-        )
+            return self.hybrid.search(query)
+        return separate_legs(self.lexical, self.dense, query)
+
+
+def separate_legs(lexical: LexicalIndex, dense: VectorStore, query: LegsQuery) -> Legs:
+    """Each leg from its own store, unfused (the caller fuses)."""
+    q = query
+    return Legs(
+        lexical.search(q.tokens, q.filt, q.n_lexical), dense.search(q.vector, q.filt, q.n_dense), None
+    )
 
 
 def fused_candidates(

@@ -50,12 +50,12 @@ import numpy as np
 
 from rag.errors import EmptyIndexError, IndexUnavailableError
 from rag.models.sentences import SentenceStore
-from rag.stores import Legs, LexicalIndex, Stores, VectorStore, chunk_from_dict, chunk_to_dict
+from rag.stores import Legs, LegsQuery, LexicalIndex, Stores, VectorStore, chunk_from_dict, chunk_to_dict
 from rag.stores.bm25 import BM25Index
 from rag.stores.edge import EdgeHybrid, EdgeLexical, EdgeVectors, has_shard, open_shard
 from rag.stores.memory import Bm25Lexical, FilterArrays, MatrixVectors, TokenStore, load_dense_matrix
 from rag.stores.qdrant import COLLECTION, LEGACY_FOLDER, QdrantHybrid, QdrantLexical, read_dense_matrix
-from rag.types import Chunk, SearchFilter
+from rag.types import Chunk
 
 log = logging.getLogger(__name__)
 
@@ -425,21 +425,10 @@ class IndexReader:
     def lexical_backend(self) -> LexicalBackend:
         return self.backend.lexical_backend
 
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        *,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         """Both legs for one query, each filtered inside its store; ``fused`` is set when the store fused them
         (RRF, ``1 / (rrf_k + rank)``), else None and the caller fuses."""
-        return self._current().stores.search(
-            tokens, vector, filt, n_lexical=n_lexical, n_dense=n_dense, rrf_k=rrf_k
-        )
+        return self._current().stores.search(query)
 
     @property
     def lexical(self) -> LexicalIndex:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import ingest.indexer as indexer
 from ingest.indexer import ingest
 from rag.config import load_settings
-from rag.stores import GenerationBuild, PublishedGeneration
+from rag.stores import GenerationBuild, LegsQuery, PublishedGeneration
 from rag.stores.index import IndexReader, current_generation, generation_dir, index_root, load_chunks
 from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
@@ -410,12 +410,14 @@ def test_kill_9_while_the_store_is_written_keeps_the_published_generation(tmp_pa
         try:
             assert reader.generation.name == published
             legs = reader.search(
-                bm25_tokens("45 days refund"),
-                embedder.embed_queries(["refund window"])[0],
-                EVERYONE,
-                n_lexical=5,
-                n_dense=5,
-                rrf_k=60,
+                LegsQuery(
+                    bm25_tokens("45 days refund"),
+                    embedder.embed_queries(["refund window"])[0],
+                    EVERYONE,
+                    n_lexical=5,
+                    n_dense=5,
+                    rrf_k=60,
+                )
             )
             assert legs.lexical and legs.dense
         finally:

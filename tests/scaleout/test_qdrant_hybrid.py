@@ -21,7 +21,7 @@ from rag.config import load_settings
 from rag.errors import RetrievalError
 from rag.pipeline import Pipeline, PipelineOptions, Question
 from rag.stages.retrieve import rrf_fuse
-from rag.stores import fused_candidates
+from rag.stores import LegsQuery, fused_candidates
 from rag.stores.bm25 import K1, B, average_length
 from rag.stores.index import (
     EmbeddedBackend,
@@ -70,7 +70,7 @@ def reader(sample_data_dir: Path) -> IndexReader:
 
 
 def hybrid(reader: IndexReader, tokens: list[str], vector: Any, filt: SearchFilter, n: int) -> Any:
-    return reader.search(tokens, vector, filt, n_lexical=n, n_dense=n, rrf_k=60)
+    return reader.search(LegsQuery(tokens, vector, filt, n_lexical=n, n_dense=n, rrf_k=60))
 
 
 # ----------------------------------------------------------------------------- sparse vectors
