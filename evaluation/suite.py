@@ -478,7 +478,6 @@ def run_followups(
     """Each pair as the chat asks it: the first question, then the follow-up after it (the chat's history: the
     turns ``rag.stages.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
     standalone question alone. One row per pair, each question graded by ``grade_policy``."""
-    from evaluation.graders import repeats_previous
     from evaluation.qa import as_asked, ask
     from rag.stages.memory import select_history
 
@@ -492,22 +491,29 @@ def run_followups(
         if sink is not None:
             for q, r in ((p.first, first), (p.followup, followup), (p.standalone, standalone)):
                 sink(q.id, r)
-        # the rewrite stage's record (rag/stages/standalone.py); absent before it, hence .get
-        searched = followup.get("standalone") or {}
-        rows.append(
-            {
-                "id": p.id,
-                "corpus": p.corpus,
-                "first": grade_policy(p.first, first),
-                "followup": grade_policy(p.followup, followup),
-                "standalone": grade_policy(p.standalone, standalone),
-                "rewritten": bool(searched.get("rewritten")),
-                "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
-                "searched_as": searched.get("question"),
-                "rewrite_method": searched.get("method"),
-            }
-        )
+        rows.append(grade_followup(p, first, followup, standalone))
     return rows
+
+
+def grade_followup(
+    p: FollowupPair, first: dict[str, Any], followup: dict[str, Any], standalone: dict[str, Any]
+) -> dict[str, Any]:
+    """One pair's row: each of its three answers graded by ``grade_policy``, and how the follow-up was searched."""
+    from evaluation.graders import repeats_previous
+
+    # the rewrite stage's record (rag/stages/standalone.py); absent before it, hence .get
+    searched = followup.get("standalone") or {}
+    return {
+        "id": p.id,
+        "corpus": p.corpus,
+        "first": grade_policy(p.first, first),
+        "followup": grade_policy(p.followup, followup),
+        "standalone": grade_policy(p.standalone, standalone),
+        "rewritten": bool(searched.get("rewritten")),
+        "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
+        "searched_as": searched.get("question"),
+        "rewrite_method": searched.get("method"),
+    }
 
 
 def run_hotpot(

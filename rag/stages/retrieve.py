@@ -1,4 +1,5 @@
-"""Reciprocal rank fusion of the lexical and dense legs, and the union of per-intent candidate lists."""
+"""The ``retrieve`` stage: both legs searched for every intent, filtered inside the stores, and fused: reciprocal rank
+fusion here, or the store's own fusion read back (``fused_candidates``); then the union of the per-intent lists."""
 
 from __future__ import annotations
 
@@ -8,19 +9,47 @@ from dataclasses import replace
 from rag.config import Settings
 from rag.request import State
 from rag.stages.shared import Models, QueryVectors
-from rag.stores import LegsQuery, fused_candidates
+from rag.stores import LegsQuery
 from rag.text import bm25_tokens
 from rag.types import Candidate, Chunk, Intent, SearchFilter
 
 Hit = tuple[str, float]  # (chunk_id, score), ranked best first
 
 
-def _leg(hits: Sequence[Hit]) -> dict[str, tuple[int, float]]:
+def _leg(hits: Sequence[Hit], *, as_float: bool = True) -> dict[str, tuple[int, float]]:
     """chunk_id -> (1-based rank, score); a chunk listed twice keeps its first (best) position."""
     out: dict[str, tuple[int, float]] = {}
     for rank, (chunk_id, score) in enumerate(hits, start=1):
-        out.setdefault(chunk_id, (rank, float(score)))
+        out.setdefault(chunk_id, (rank, float(score) if as_float else score))
     return out
+
+
+Ranks = dict[str, tuple[int, float]]
+
+
+def _candidate(
+    cid: str,
+    chunk: Chunk,
+    lex: Ranks,
+    den: Ranks,
+    *,
+    score: float,
+    intent: int,
+    fused_rank: int | None = None,
+) -> Candidate:
+    """A fused candidate that keeps both legs' ranks and scores, so a trace can show why it ranked where it did."""
+    bm25_rank, bm25_score = lex.get(cid, (None, None))
+    dense_rank, dense_score = den.get(cid, (None, None))
+    return Candidate(
+        chunk=chunk,
+        bm25_rank=bm25_rank,
+        bm25_score=bm25_score,
+        dense_rank=dense_rank,
+        dense_score=dense_score,
+        fused_score=score,
+        fused_rank=fused_rank,
+        intents=(intent,),
+    )
 
 
 def _ranked(cands: list[Candidate]) -> list[Candidate]:
@@ -52,21 +81,37 @@ def rrf_fuse(
         chunk = chunks.get(chunk_id)
         if chunk is None:
             continue
-        bm25_rank, bm25_score = lex.get(chunk_id, (None, None))
-        dense_rank, dense_score = den.get(chunk_id, (None, None))
-        score = sum(w / (k + r) for r, w in ((bm25_rank, lexical_weight), (dense_rank, 1.0)) if r is not None)
-        fused.append(
-            Candidate(
-                chunk=chunk,
-                bm25_rank=bm25_rank,
-                bm25_score=bm25_score,
-                dense_rank=dense_rank,
-                dense_score=dense_score,
-                fused_score=score,
-                intents=(intent,),
-            )
-        )
+        ranks = ((lex.get(chunk_id, (None,))[0], lexical_weight), (den.get(chunk_id, (None,))[0], 1.0))
+        score = sum(w / (k + r) for r, w in ranks if r is not None)
+        fused.append(_candidate(chunk_id, chunk, lex, den, score=score, intent=intent))
     return _ranked(fused)
+
+
+def fused_candidates(
+    lexical: Sequence[Hit],
+    dense: Sequence[Hit],
+    fused: Sequence[Hit],
+    chunks: Mapping[str, Chunk],
+    *,
+    intent: int = 0,
+) -> list[Candidate]:
+    """Candidates in a store's fused order, each keeping both legs' ranks and scores for the trace.
+
+    The twin of ``rrf_fuse`` for fusion that ran inside the store. Hits whose chunk is missing from ``chunks`` are
+    skipped; the others keep their original ranks.
+    """
+    lex, den = _leg(lexical, as_float=False), _leg(dense, as_float=False)
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for cid, score in fused:
+        chunk = chunks.get(cid)
+        if chunk is None or cid in seen:
+            continue
+        seen.add(cid)
+        out.append(
+            _candidate(cid, chunk, lex, den, score=float(score), intent=intent, fused_rank=len(out) + 1)
+        )
+    return out
 
 
 def _best_rank(

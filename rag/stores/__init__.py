@@ -16,7 +16,7 @@ never which backend holds them. Implementations:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from rag.types import Candidate, Chunk, SearchFilter
+from rag.types import Chunk, SearchFilter
 
 Hit = tuple[str, float]  # (chunk_id, score), best first
 
@@ -118,49 +118,6 @@ def separate_legs(lexical: LexicalIndex, dense: VectorStore, query: LegsQuery) -
     )
 
 
-def fused_candidates(
-    lexical: Sequence[Hit],
-    dense: Sequence[Hit],
-    fused: Sequence[Hit],
-    chunks: Mapping[str, Chunk],
-    *,
-    intent: int = 0,
-) -> list[Candidate]:
-    """Candidates in a store's fused order, each keeping both legs' ranks and scores for the trace.
-
-    The twin of ``rrf_fuse`` for fusion that ran inside the store. Hits whose chunk is missing from ``chunks`` are
-    skipped; the others keep their original ranks.
-    """
-    lex: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(lexical, start=1):
-        lex.setdefault(cid, (rank, score))
-    den: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(dense, start=1):
-        den.setdefault(cid, (rank, score))
-    out: list[Candidate] = []
-    seen: set[str] = set()
-    for cid, score in fused:
-        chunk = chunks.get(cid)
-        if chunk is None or cid in seen:
-            continue
-        seen.add(cid)
-        bm25_rank, bm25_score = lex.get(cid, (None, None))
-        dense_rank, dense_score = den.get(cid, (None, None))
-        out.append(
-            Candidate(
-                chunk=chunk,
-                bm25_rank=bm25_rank,
-                bm25_score=bm25_score,
-                dense_rank=dense_rank,
-                dense_score=dense_score,
-                fused_score=float(score),
-                fused_rank=len(out) + 1,
-                intents=(intent,),
-            )
-        )
-    return out
-
-
 # ----------------------------------------------------------------------------- writing
 class PublishedGeneration(Protocol):
     """What a writer needs to know about the published generation (``rag.stores.index.Manifest`` is one)."""
@@ -221,5 +178,4 @@ __all__ = [
     "VectorStore",
     "chunk_from_dict",
     "chunk_to_dict",
-    "fused_candidates",
 ]

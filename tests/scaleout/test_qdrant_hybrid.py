@@ -20,8 +20,8 @@ from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.errors import RetrievalError
 from rag.pipeline import Pipeline, PipelineOptions, Question
-from rag.stages.retrieve import rrf_fuse
-from rag.stores import LegsQuery, fused_candidates
+from rag.stages.retrieve import fused_candidates, rrf_fuse
+from rag.stores import LegsQuery
 from rag.stores.bm25 import K1, B, average_length
 from rag.stores.index import (
     EmbeddedBackend,
