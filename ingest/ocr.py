@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rag.config import Settings
+from rag.config import Settings, library_defaults
 from rag.errors import IngestFileError
 from rag.extracted import ExtractedStore, RecognisedPage, Word
 
@@ -293,7 +293,8 @@ Line = tuple[tuple[int, int], list[Word]]  # (paragraph id, line's words)
 def _tesseract_lines(image: Any, languages: str) -> list[Line]:
     import pytesseract
 
-    os.environ["OMP_THREAD_LIMIT"] = "1"  # pages run in parallel, one core each: no thread oversubscription
+    # pages run in parallel, one core each: tesseract's OpenMP threads would oversubscribe the cores
+    library_defaults({"OMP_THREAD_LIMIT": "1"})
     try:
         data = pytesseract.image_to_data(
             image, lang=languages, config=TESSERACT_CONFIG, output_type=pytesseract.Output.DICT
