@@ -116,10 +116,10 @@ def _table_rows(text: str) -> list[str] | None:
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if (cells := _pipe_table(lines)) is not None:
-        header, *body = cells
-        if sum(bool(re.search(r"\d", " ".join(row))) for row in body) < 0.5 * len(body):
+        names, *cell_rows = cells
+        if sum(bool(re.search(r"\d", " ".join(row))) for row in cell_rows) < 0.5 * len(cell_rows):
             return None
-        return [" ".join(header), *(" ".join(cell for cell in row if cell) for row in body)]
+        return [" ".join(names), *(" ".join(cell for cell in row if cell) for row in cell_rows)]
     if len(lines) < 3 or any(_ENDS_SENTENCE.search(line) for line in lines):
         return None
     numeric = [bool(re.search(r"\d", line)) for line in lines]
