@@ -5,6 +5,9 @@ image-only copy as a scanner would make it: each page rasterised at 200 dpi in g
 angle (up to 1.5 degrees either way), with light noise; about one page in 25 is turned upside down and one in 50 a
 quarter turn. No text layer survives: every word must come back through OCR.
 
+``python -m evaluation.format_copies pdf --out DIR`` links the born-digital PDFs those scans were made from (the
+dev corpus's handbook as its PDF rendering, not its Markdown): the reference a scanned run is compared with.
+
 ``python -m evaluation.format_copies docx --out DIR`` / ``html --out DIR`` convert each corpus's Markdown sources
 with Debian's ``pandoc`` into Word files, or into HTML pages wrapped in an intranet site's page (a cookie
 banner, header with navigation and search, breadcrumb, sidebar, footer and scripts around the content), the way
@@ -123,6 +126,23 @@ def write_image_pdf(images: Sequence[Any], target: Path, dpi: int = SCAN_DPI) ->
     """An image-only PDF, one page per image (JPEG-compressed, as scanners write them)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     images[0].save(target, save_all=True, append_images=list(images[1:]), resolution=dpi, quality=85)
+
+
+def write_born_digital(
+    shared: Path, out: Path, corpora: Sequence[str], log: Callable[[str], None] = print
+) -> None:
+    for corpus in corpora:
+        folder = out / corpus
+        folder.mkdir(parents=True, exist_ok=True)
+        n = 0
+        for source_dir in pdf_sources(shared, corpus):
+            for pdf in sorted(source_dir.glob("*.pdf")):
+                target = folder / pdf.name
+                if not target.exists():
+                    target.symlink_to(pdf.resolve())
+                n += 1
+            _copy_metadata(source_dir, folder, rename=lambda name: name)
+        log(f"{corpus}: {n} born-digital PDFs linked in {folder}")
 
 
 def write_scanned(
@@ -286,6 +306,12 @@ def scanned(
 ) -> None:
     """Image-only scans of every PDF."""
     write_scanned(shared, out, [c for c in corpora.split(",") if c])
+
+
+@app.command()
+def pdf(out: Out, shared: Shared = Path("../shared"), corpora: Which = "dev,gitlab,moj,hypha,sample") -> None:
+    """The born-digital PDFs the scans are made from (links), the reference a scanned run is compared with."""
+    write_born_digital(shared, out, [c for c in corpora.split(",") if c])
 
 
 @app.command()

@@ -34,10 +34,8 @@ if TYPE_CHECKING:
 HEADER_WINDOW = 1024  # the PDF spec lets "%PDF-" start anywhere in the first 1024 bytes
 MIN_TEXT_CHARS = 20  # fewer letters and digits than this in the whole document = no text layer
 MIN_PAGE_TEXT = 50  # a page with an image and fewer letters and digits than this is a scan: OCR reads it
-SANDBOX_PRELOAD = (
-    "pypdf",
-    "pdfplumber",
-)  # imported once by the fork server (``ingest.sandbox``), not each child
+# imported once by the fork server (``ingest.sandbox``), not each child
+SANDBOX_PRELOAD = ("pypdf", "pdfplumber")
 EDGE_LINES = 6  # lines at the top and bottom of a page that may be running headers or footers
 
 

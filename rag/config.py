@@ -354,8 +354,8 @@ def default_settings() -> Settings:
 
 
 def library_defaults(values: Mapping[str, str]) -> None:
-    """Defaults for third-party libraries that read only environment variables at import (Haystack's telemetry
-    switch, tqdm's progress bars), for the benchmark processes that import them: ``setdefault``, so a value the
-    user set wins. Project code takes its settings from :func:`load_settings`, never from here."""
+    """Defaults for third-party libraries that read only environment variables (Haystack's telemetry switch,
+    tqdm's progress bars, the tesseract program's OpenMP thread limit in an OCR child process): ``setdefault``, so
+    a value the user set wins. Project code takes its settings from :func:`load_settings`, never from here."""
     for name, value in values.items():
         os.environ.setdefault(name, value)

@@ -542,6 +542,14 @@ class CheckAnswerTypes:
     def __init__(self, scoring: Scoring, *, check_k: int | None, followup_topic: bool = True) -> None:
         self.scoring, self.check_k, self.followup_topic = scoring, check_k, followup_topic
 
+    def _mentioned(self, state: State) -> Callable[[str], bool] | None:
+        """Whether a passage the asker may read holds a word (one BM25 search under the request's filter)."""
+        filt = state.filter
+        if filt is None:
+            return None
+        lexical = self.scoring.models.reader.lexical
+        return lambda stem: bool(lexical.search([stem], filt, 1))
+
     def run(self, state: State) -> State:
         evidence, coverage = state.evidence, state.coverage
         if not evidence or coverage.abstain:
@@ -565,7 +573,7 @@ class CheckAnswerTypes:
             if self.followup_topic and state.standalone is not None and not coverage.abstain:
                 # a follow-up about something no passage mentions is not answered by the previous topic's passages
                 pool = [passage_text(c.chunk.title, c.chunk.section, c.chunk.text) for c in state.ranked]
-                why = unmentioned(state.standalone, pool)
+                why = unmentioned(state.standalone, pool, self._mentioned(state))
                 if why:
                     coverage = Coverage(True, tuple(state.intents), why)
                     d["followup"] = why

@@ -86,9 +86,10 @@ _ROW_KEY = re.compile(r"^[A-Z]{1,3}-?\d{1,3}$")  # "L5", "P-2": a row label, not
 
 
 def _table_rows(text: str) -> list[str] | None:
-    """The header and rows of a flattened table, or None when ``text`` is not one.
+    """The header and rows of a table, or None when ``text`` is not one: a Markdown table whose rows mostly hold a
+    number (its cells joined), or a flattened one.
 
-    Three or more lines, none ending a sentence, most holding a number. PDF extraction flattens a table with
+    A flattened table: three or more lines, none ending a sentence, most holding a number. PDF extraction flattens a table with
     multi-line cells into lines that are not rows: the header runs into the first row ("... Maximum (USD) L1
     Store associate, 38,000 ...") and a wrapped cell's other lines sit above and below its row's line
     ("Senior software" / "L5 engineer, Regional 105,000 126,000 147,000 manager"). Lines holding a number are
@@ -96,6 +97,11 @@ def _table_rows(text: str) -> list[str] | None:
     lines before the first row continue the header. Returns ``[header, row, row, ...]``.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if (cells := _pipe_table(lines)) is not None:
+        names, *cell_rows = cells
+        if sum(bool(re.search(r"\d", " ".join(row))) for row in cell_rows) < 0.5 * len(cell_rows):
+            return None
+        return [" ".join(names), *(" ".join(cell for cell in row if cell) for row in cell_rows)]
     if len(lines) < 3 or any(_ENDS_SENTENCE.search(line) for line in lines):
         return None
     numeric = [bool(re.search(r"\d", line)) for line in lines]
@@ -119,6 +125,25 @@ def _table_rows(text: str) -> list[str] | None:
         before[nxt] += between[half:]
     rows = [_row(body[k], before[k], after[k]) for k in keys]
     return [header, *rows] if header else rows
+
+
+_PIPE_SEPARATOR = re.compile(r"^\|?(\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")
+
+
+def _pipe_table(lines: Sequence[str]) -> list[list[str]] | None:
+    """The cells of a Markdown table (what ingestion makes of a PDF's ruled table, a Word or HTML table and a
+    Markdown source's): ``[header cells, row cells, ...]``, or None when ``lines`` are not one."""
+    if (
+        len(lines) < 3
+        or not _PIPE_SEPARATOR.match(lines[1])
+        or not all(line.startswith("|") for line in lines)
+    ):
+        return None
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for i, line in enumerate(lines)
+        if i != 1
+    ]
 
 
 def _split_header(line: str) -> tuple[str, str]:

@@ -354,9 +354,13 @@ def standalone(
     return rewrite(question, previous, embed, bar=bar)
 
 
-def unmentioned(asked: Standalone, pool: Sequence[str]) -> str | None:
+def unmentioned(
+    asked: Standalone, pool: Sequence[str], mentioned: Callable[[str], bool] | None = None
+) -> str | None:
     """Why no passage can answer the follow-up ``asked``, or None. ``pool``: the request's candidates (their titles,
-    sections and texts), which the asker may read.
+    sections and texts), which the asker may read; ``mentioned(stem)``: whether any passage the asker may read
+    holds the word (a search of the whole index under the asker's filter), asked only of a word no candidate
+    holds: a word the documents use elsewhere is a paraphrase of what the candidates say, not a new topic.
 
     A follow-up that asks a question of its own (not a condition on the previous one, "what if it's over $500?")
     asks about what it adds to the previous question. When the most specific word it adds (the one fewest ``pool``
@@ -371,7 +375,7 @@ def unmentioned(asked: Standalone, pool: Sequence[str]) -> str | None:
         return None
     held = [_stems(p) for p in pool]
     topic = min(sorted(new), key=lambda w: (sum(w in h for h in held), -len(w)))
-    if any(topic in h for h in held):
+    if any(topic in h for h in held) or (mentioned is not None and mentioned(topic)):
         return None
     words = [t.text for t in added if _stems(t.text) & {topic}]
     return f'no passage you may read mentions "{words[0] if words else topic}"'

@@ -344,6 +344,26 @@ def test_flattened_table_rows_are_put_back_together() -> None:
     assert _table_rows("A sentence.\nAnother one.\n1 2 3") is None
 
 
+def test_a_markdown_table_is_read_by_its_cells() -> None:
+    """Ingestion writes a PDF's ruled table, a Word or HTML table as a Markdown table: each row is read with the
+    header, its empty cells dropped; a table of words alone is not read row by row."""
+    table = (
+        "| Level | Example roles | Minimum (USD) | Maximum (USD) |\n"
+        "| --- | :--- | ---: | --- |\n"
+        "| L1 | Store associate | 38,000 | 50,000 |\n"
+        "| L5 | Senior software engineer, Regional manager | | 147,000 |"
+    )
+    assert _table_rows(table) == [
+        "Level Example roles Minimum (USD) Maximum (USD)",
+        "L1 Store associate 38,000 50,000",
+        "L5 Senior software engineer, Regional manager 147,000",
+    ]
+    q = "What is the salary for a senior engineer?"
+    out = extractive_answer(q, [Intent(0, q)], [ev(1, table)], score=overlap_score)
+    assert "|" not in out.text and "L5 Senior software engineer" in out.text, out.text
+    assert _table_rows("| Role | Owner |\n| --- | --- |\n| Payroll | Finance |\n| Hiring | People |") is None
+
+
 def test_a_table_question_answers_with_the_row_it_asks_about() -> None:
     evidence = [ev(1, SALARY_TABLE)]
     q = "What is the salary band for a senior engineer?"

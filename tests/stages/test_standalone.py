@@ -209,3 +209,9 @@ def test_a_follow_up_about_what_no_passage_mentions_is_told() -> None:
         is None
     )
     assert unmentioned(asked, []) is None
+    # a word no candidate holds but a passage the asker may read elsewhere does: a paraphrase, not a new topic
+    assert unmentioned(asked, pool, mentioned=lambda stem: stem == "sabbat") is None
+    assert (
+        unmentioned(asked, pool, mentioned=lambda stem: False)
+        == 'no passage you may read mentions "sabbatical"'
+    )
