@@ -28,7 +28,6 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import statistics
@@ -42,8 +41,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks import SAMPLE, data_dir_or_sample
+
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "ingest" / "sample"
 MODEL = "policy-bot"
 
 
@@ -357,18 +357,8 @@ def main() -> None:
     parser.add_argument("--overhead-repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    data_dir, tmp = args.data_dir, None
-    if data_dir is None:
-        from ingest.indexer import ingest
-        from rag.config import load_settings
-
-        tmp = data_dir = Path(tempfile.mkdtemp(prefix="rag-bench-api-"))
-        ingest([str(SAMPLE / "pdfs")], load_settings(data_dir=data_dir))
-    try:
+    with data_dir_or_sample(args.data_dir, "rag-bench-api-") as data_dir:
         result = run(data_dir, _questions(args.questions), args.clients, args.seconds, args.overhead_repeats)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
         return

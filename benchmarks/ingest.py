@@ -36,7 +36,7 @@ SAMPLE = REPO / "ingest" / "sample" / "pdfs"
 def run(paths: list[str], data_dir: Path) -> dict[str, Any]:
     from ingest.indexer import ingest
     from rag.config import load_settings
-    from rag.embedder import load_embedder, reading_encoder_for
+    from rag.models.embedder import load_embedder, reading_encoder_for
 
     settings = load_settings(data_dir=data_dir)
     embedder = load_embedder(settings.embedding_model, settings.embed_batch_size)  # loading is not ingestion
@@ -83,7 +83,7 @@ def run_peer(paths: list[str]) -> dict[str, Any]:
 
     from ingest.sources import discover
     from rag.config import load_settings
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
 
     files = discover(paths)
     pdfs = [f for f in files if f.suffix.lower() == ".pdf"]

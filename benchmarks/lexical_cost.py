@@ -1,5 +1,5 @@
 """Lexical backends compared for cost: p50 query latency, build time and memory of in-process BM25
-(``rag.lexical.BM25Index``) and BM25 as Qdrant sparse vectors at 10k and 100k synthetic chunks (SciFact abstracts
+(``rag.stores.bm25.BM25Index``) and BM25 as Qdrant sparse vectors at 10k and 100k synthetic chunks (SciFact abstracts
 cut into overlapping sentence windows; random unit vectors for the dense part, so nothing needs embedding), with
 the overlap@10 of the two. Each (backend, size) runs in a fresh process so memory figures do not mix. Their
 agreement on a real corpus is ``evaluation.lexical_parity``.
@@ -100,7 +100,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
     about 10 ms per point of wall time against 1 ms of CPU) and measure only the build; otherwise it is built in
     memory, which holds the same data structures for searching.
     """
-    from rag.lexical import BM25Index
+    from rag.stores.bm25 import BM25Index
     from rag.stores.memory import FilterArrays
     from rag.text import bm25_tokens
     from rag.types import Chunk, Principal, SearchFilter
@@ -124,16 +124,10 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
                 text=x,
                 source=f"scifact#{i}",
                 title="",
-                section="",
-                page=None,
-                page_end=None,
                 ordinal=i % 20,
-                prev_id=None,
-                next_id=None,
                 groups=groups,
                 effective=date.fromordinal(eff),
                 expires=date.fromordinal(exp),
-                tags=(),
                 doc_version="v",
                 n_tokens=len(x.split()),
             )
@@ -174,7 +168,8 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
         else:
             from qdrant_client import QdrantClient, models
 
-            from rag.lexical import average_length
+            from rag.stores import LegsQuery
+            from rag.stores.bm25 import average_length
             from rag.stores.qdrant import (
                 COLLECTION,
                 DENSE,
@@ -226,7 +221,7 @@ def cost_child(backend: str, size: int, n_queries: int, persist: bool = False) -
                 lat.append((time.perf_counter() - t) * 1000)
                 cpu.append((time.process_time() - c) * 1000)
                 t, c = time.perf_counter(), time.process_time()
-                hybrid_search(client, COLLECTION, q, v, filt, TOP_N, TOP_N, 60)
+                hybrid_search(client, COLLECTION, LegsQuery(q, v, filt, TOP_N, TOP_N, 60))
                 hyb.append((time.perf_counter() - t) * 1000)
                 hyb_cpu.append((time.process_time() - c) * 1000)
                 out.setdefault("_hits", []).append([cid for cid, _ in got[:10]])

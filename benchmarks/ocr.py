@@ -11,7 +11,7 @@ Three runs in one fresh data directory:
    cores), then chunked, embedded and indexed;
 2. **no-op**: the same folder again: nothing changed, nothing is read;
 3. **metadata edit**: every file's sidecar changed, so every file is read again: its pages come from the OCR
-   cache (``rag.extracted``), none is recognised twice.
+   cache (``rag.stores.extracted``), none is recognised twice.
 
 The embedding model is loaded before the clock starts. Per-page times are wall seconds of one page's child
 (render + recognise), so they include waiting for a core when other work runs.
@@ -48,7 +48,7 @@ def run(paths: list[str], data_dir: Path) -> dict[str, Any]:
     from ingest.indexer import ingest
     from ingest.sources import discover
     from rag.config import load_settings
-    from rag.embedder import load_embedder, reading_encoder_for
+    from rag.models.embedder import load_embedder, reading_encoder_for
 
     settings = load_settings(data_dir=data_dir)
     embedder = load_embedder(settings.embedding_model, settings.embed_batch_size)

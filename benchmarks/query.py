@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "ingest" / "sample"
+from benchmarks import SAMPLE, data_dir_or_sample
+
 EXCLUDED = ("generate",)
 
 
@@ -77,18 +75,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     questions = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
-    data_dir, tmp = args.data_dir, None
-    if data_dir is None:
-        from ingest.indexer import ingest
-        from rag.config import load_settings
-
-        tmp = data_dir = Path(tempfile.mkdtemp(prefix="rag-bench-query-"))
-        ingest([str(SAMPLE / "pdfs")], load_settings(data_dir=data_dir))
-    try:
+    with data_dir_or_sample(args.data_dir, "rag-bench-query-") as data_dir:
         result = run(data_dir, questions, args.repeats)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
         return

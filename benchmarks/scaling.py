@@ -92,7 +92,7 @@ def _settings(data_dir: Path, **overrides: Any) -> Any:
 
 # ----------------------------------------------------------------------------------------- building indexes
 def _base_generation(base: Path) -> tuple[Any, list[Any]]:
-    from rag.index import Manifest, current_generation, generation_dir, load_chunks
+    from rag.stores.index import Manifest, current_generation, generation_dir, load_chunks
 
     name = current_generation(base)
     if name is None:
@@ -105,7 +105,7 @@ def plan_corpus(base: Path, n_chunks: int, out: Path, *, step: int = 0, seed: in
     """Write ``out/real.jsonl`` (base documents in source order until ``n_chunks``) and ``out/synthetic-NNN.jsonl``
     (one-chunk documents recombined from real sentences, for the chunks the base lacks). With ``step`` > 0 the
     synthetic files are cut so that ingesting one more file at a time adds at most ``step`` chunks."""
-    from rag.sentences import sentence_units
+    from rag.models.sentences import sentence_units
     from rag.text import count_tokens
 
     manifest, chunks = _base_generation(base)
@@ -169,8 +169,8 @@ def seed_vectors(base: Path, data_dir: Path, corpus: Path, *, seed: int = 0) -> 
     from ingest.chunking import chunk_document
     from ingest.indexer import EmbeddingCache
     from ingest.sources import load_file
-    from rag.embedder import passage_text
-    from rag.sentences import sentence_units
+    from rag.models.embedder import passage_text
+    from rag.models.sentences import sentence_units
 
     data_dir.mkdir(parents=True, exist_ok=True)
     target = data_dir / "embeddings.sqlite"
@@ -571,7 +571,7 @@ def measure_floor(
         "torch_threads": _torch_threads(),
     }
     if cross_encoder is not None:
-        from rag.rerank import CrossEncoderReranker
+        from rag.models.rerankers import CrossEncoderReranker
 
         def forty(cands: list[Any]) -> list[Any]:  # 40 pairs even when the index returned fewer candidates
             return [cands[i % len(cands)] for i in range(40)] if cands else []
@@ -604,10 +604,10 @@ def build_stores(size: int, folder: Path, *, seed: int = 0) -> dict[str, Any]:
     chunking and sentence vectors: what the store costs at sizes whose ingestion outgrows this machine's
     memory. Chunks get Zipf-distributed tokens (their text is the tokens), random unit vectors, and the
     access, validity and tag fields the filters read."""
-    from rag.index import Manifest, save_chunks
-    from rag.lexical import average_length
     from rag.stores import GenerationBuild
+    from rag.stores.bm25 import average_length
     from rag.stores.edge import EdgeWriter
+    from rag.stores.index import Manifest, save_chunks
     from rag.stores.memory import Bm25Writer, MatrixWriter
     from rag.types import Chunk
 
@@ -630,14 +630,8 @@ def build_stores(size: int, folder: Path, *, seed: int = 0) -> dict[str, Any]:
             text=" ".join(tokens[i]),
             source=f"/synthetic/doc-{i // 4:07d}.md",
             title=f"Synthetic document {i // 4}",
-            section="",
-            page=None,
-            page_end=None,
             ordinal=i % 4,
-            prev_id=None,
-            next_id=None,
             groups=groups[i % 4],
-            effective=None,
             expires=date(2020, 1, 1) if i % 50 == 0 else None,
             tags=("emea",) if i % 10 == 0 else (),
             doc_version="v1",
@@ -699,7 +693,8 @@ def _disk_mb(path: Path) -> float:
 def measure_stores(data_dir: Path, *, queries: int = 30, seed: int = 1) -> dict[str, Any]:
     """Open the generation with each embedded backend (in this process) and time each leg alone and the
     in-store hybrid call, under a filter; RSS after opening and after the queries."""
-    from rag.index import EmbeddedBackend, IndexReader
+    from rag.stores import LegsQuery
+    from rag.stores.index import EmbeddedBackend, IndexReader
     from rag.types import Principal, SearchFilter
 
     rng = np.random.default_rng(seed)
@@ -732,7 +727,7 @@ def measure_stores(data_dir: Path, *, queries: int = 30, seed: int = 1) -> dict[
         edge.dense.search(v, filt, 40)
         legs["edge_dense"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
-        edge.search(w, v, filt, n_lexical=40, n_dense=40, rrf_k=60)
+        edge.search(LegsQuery(w, v, filt, n_lexical=40, n_dense=40, rrf_k=60))
         legs["edge_hybrid"].append((time.perf_counter() - t) * 1000)
     out["rss_mb"]["with_both_open"] = round(_rss_mb(), 1)
     out["legs_ms"] = {name: percentiles(ms) for name, ms in legs.items()}

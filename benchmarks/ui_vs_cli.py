@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "ingest" / "sample"
+from benchmarks import SAMPLE, data_dir_or_sample
 
 
 def _questions(path: Path) -> list[Any]:
@@ -83,18 +80,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    data_dir, tmp = args.data_dir, None
-    if data_dir is None:
-        from ingest.indexer import ingest
-        from rag.config import load_settings
-
-        tmp = data_dir = Path(tempfile.mkdtemp(prefix="rag-bench-ui-cli-"))
-        ingest([str(SAMPLE / "pdfs")], load_settings(data_dir=data_dir))
-    try:
+    with data_dir_or_sample(args.data_dir, "rag-bench-ui-cli-") as data_dir:
         result = run(data_dir, args.questions, args.repeats)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
         return

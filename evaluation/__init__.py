@@ -4,11 +4,11 @@
   data in ``suites/`` (splits, follow-ups, near misses, claims, the LLM subset), with ``datasets``, ``splits``,
   ``graders``, ``qa``, ``multihop``, ``claimset`` and ``stats``.
 - Position sweeps: ``position`` and its ``generators``; the running app reads a saved sweep through
-  ``rag.sweeps``, never through this package.
-- Training: the feature reranker (``rerank_train``, groups from the suites in ``rerank_groups``), the
-  cross-encoder (``ce_train``) and the reader (``reader_train``, ``reader_ce_data``).
+  ``rag.traces.sweeps``, never through this package.
+- Training of the models the app ships (rag/models/): ``training`` (the feature reranker, the reader, the
+  reading encoder, the sentence-dependency model).
 - Quality benchmarks: ``retrieval`` (SciFact nDCG), ``rerankers``, ``lexical_parity``, the Haystack ``peer``
   and ``parity`` (do two runs give the same answers).
 
-It builds each corpus with ingest/ and asks it through rag/; nDCG and recall are ``rag.metrics``.
+It builds each corpus with ingest/ and asks it through rag/; nDCG and recall are ``evaluation.metrics``.
 """

@@ -34,8 +34,8 @@ from typing import Any
 
 from evaluation.splits import split_ids
 from evaluation.stats import wilson_interval
-from rag.lexicon import spell
 from rag.text import split_sentences
+from rag.text.lexicon import spell
 from rag.types import Candidate, Chunk, Evidence
 
 CLAIMS_PATH = Path(__file__).parent / "suites" / "claims" / "claims.jsonl"
@@ -341,16 +341,8 @@ def _evidence(passages: Sequence[str], pair_id: str) -> list[Evidence]:
             text=text,
             source=f"doc{n}.md",
             title="Policy",
-            section="",
-            page=None,
-            page_end=None,
             ordinal=n,
-            prev_id=None,
-            next_id=None,
             groups=("*",),
-            effective=None,
-            expires=None,
-            tags=(),
             doc_version="v1",
             n_tokens=len(text.split()),
         )
@@ -366,7 +358,7 @@ def measure(
 
     ``embed`` (texts -> L2-normalised vectors) gives the pipeline's support score and sentence cosines; without
     it both are lexical. ``old`` measures the previous citation check instead (check_citations)."""
-    from rag.sentences import sentence_units
+    from rag.models.sentences import sentence_units
     from rag.stages.citations import check_citations, lexical_support
     from rag.stages.claims import check_claims
 
@@ -465,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         embed = None
         if not args.no_embed:
             from rag.config import load_settings
-            from rag.embedder import load_embedder
+            from rag.models.embedder import load_embedder
 
             settings = load_settings()
             embedder = load_embedder(settings.embedding_model, settings.embed_batch_size)

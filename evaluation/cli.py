@@ -57,7 +57,7 @@ def _settings(data_dir: Path | None) -> Any:
 
 # ------------------------------------------------------------------------------------------------ position
 def sweep_tables(result: Any) -> list[Table]:
-    from rag.sweeps import length_json
+    from rag.traces.sweeps import length_json
 
     cells = Table(
         title=f"Position sweep: {result.model or result.generator}, {result.n_questions} question(s)"
@@ -219,7 +219,7 @@ def position(
     """Freeze retrieval, move the gold passage, and measure accuracy by position with confidence intervals."""
     from evaluation.generators import DEFAULT_CURVE
     from evaluation.position import SweepConfig, parse_depths, parse_ints, run_sweep
-    from rag.sweeps import save_figure, save_sweep
+    from rag.traces.sweeps import save_figure, save_sweep
 
     settings = _settings(data_dir)
     if generator is None:
@@ -351,7 +351,7 @@ def qa(
     from evaluation.qa import run_qa
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions
-    from rag.stages.packing import STRATEGIES
+    from rag.stages.pack import STRATEGIES
 
     packings = [p.strip() for p in (packing or "").split(",") if p.strip()]
     unknown = [p for p in packings if p not in STRATEGIES]

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.suite import POLICY_SUITES, Paths, grade_policy, policy_questions, run_suites
-from rag.sentences import chunk_heading
+from rag.models.sentences import chunk_heading
 from rag.stages.confirm import ask, ask_parts, worth_asking
-from rag.status import failed_citations
 from rag.text import collapse_ws
+from rag.traces.status import failed_citations
 
 BARS = (0.0, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 
@@ -113,7 +113,7 @@ def summarise(
 
 def main(argv: list[str] | None = None) -> int:
     from rag.config import load_settings
-    from rag.llm import LLMClient
+    from rag.llm.client import LLMClient
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default=",".join(s for s in POLICY_SUITES))

@@ -15,8 +15,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rag.errors import ConfigurationError, GenerationError, RagError
-from rag.sweeps import compile_curve
 from rag.text import bm25_tokens, count_tokens
+from rag.traces.sweeps import compile_curve
 from rag.types import Evidence, Prompt
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class ExtractiveGenerator:
 
 # ------------------------------------------------------------------------------------------------ LLM
 class LLMGenerator:
-    """Any OpenAI-compatible chat model through ``rag.llm.LLMClient``. Failures become an ``Output`` with
+    """Any OpenAI-compatible chat model through ``rag.llm.client.LLMClient``. Failures become an ``Output`` with
     ``error`` set (graded as wrong and counted per cell), so one timeout does not end a long sweep."""
 
     name = "openai"
@@ -246,7 +246,7 @@ def make_generator(
         return ExtractiveGenerator(score)
     if name == "openai":
         if client is None:
-            from rag.llm import LLMClient
+            from rag.llm.client import LLMClient
 
             if settings is None:
                 from rag.config import load_settings

@@ -19,8 +19,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from rag.lexicon import SCALES, TENS, UNITS
 from rag.text import normalize
+from rag.text.lexicon import SCALES, TENS, UNITS
 
 GRADERS = ("paper", "normalised", "strict")
 
@@ -495,12 +495,12 @@ def answer_text_faults(result: dict) -> dict[str, bool]:
     """Which of ``ANSWER_TEXT_FAULTS`` one ``rag ask --json`` answer has.
 
     "Addresses" is the answer check's measure (``rag.stages.extractive.check_addresses``); the label is the one
-    the chat and the trace explorer show (``rag.status.answer_status``); "points back" is the bundler's
-    (``rag.stages.bundling.opens_with_reference``)."""
-    from rag.stages.bundling import opens_with_reference
+    the chat and the trace explorer show (``rag.traces.status.answer_status``); "points back" is the bundler's
+    (``rag.stages.bundle.opens_with_reference``)."""
+    from rag.stages.bundle import opens_with_reference
     from rag.stages.extractive import check_addresses
-    from rag.status import answer_status, unanswered_parts
     from rag.text import split_sentences
+    from rag.traces.status import answer_status, unanswered_parts
     from rag.types import Intent
 
     answer = str(result.get("answer") or "")
@@ -576,10 +576,10 @@ def cut_dependencies(result: dict, model: object = None) -> list[dict[str, str]]
     A sentence is shown when its words (the reference grader's normalisation) lie in an answer line citing its
     passage; the sentence before it is shown when its words lie anywhere in the answer, a heading when its first
     words do. Whether the meaning depends on it is the sentence-dependency model's verdict
-    (``rag.stages.excerpts.DependencyModel``, validated against hand labels: docs/reader.md). Table rows are read
+    (``rag.models.dependency.DependencyModel``, validated against hand labels: docs/reader.md). Table rows are read
     with their table's header, and are not checked."""
+    from rag.models.dependency import DependencyModel
     from rag.stages.citations import cited_ids
-    from rag.stages.excerpts import DependencyModel
     from rag.stages.extractive import evidence_sentences, strip_numbering
     from rag.types import Candidate, Chunk, Evidence
 
@@ -603,17 +603,6 @@ def cut_dependencies(result: dict, model: object = None) -> list[dict[str, str]]
                 "",
                 str(e.get("title") or ""),
                 str(e.get("section") or ""),
-                None,
-                None,
-                0,
-                None,
-                None,
-                (),
-                None,
-                None,
-                (),
-                "",
-                0,
             )
             for s in evidence_sentences([Evidence(n, Candidate(chunk), 0)]):
                 own = norm(s.text)

@@ -1,4 +1,4 @@
-"""Lexical backends compared for quality: in-process BM25 (``rag.lexical.BM25Index``) against BM25 as Qdrant
+"""Lexical backends compared for quality: in-process BM25 (``rag.stores.bm25.BM25Index``) against BM25 as Qdrant
 sparse vectors, on an ingested corpus and its questions.
 
 Overlap@10 of the two lexical legs and agreement of the final evidence of the whole query path run once with each
@@ -38,7 +38,7 @@ def _upgrade_copy(src: Path, workdir: Path) -> Path:
     """Copy a data directory; give the copy sparse vectors if its generation predates them (via `ingest`)."""
     from ingest.indexer import ingest
     from rag.config import load_settings
-    from rag.index import Manifest, current_generation, generation_dir
+    from rag.stores.index import Manifest, current_generation, generation_dir
 
     data = workdir / "data"
     shutil.copytree(src, data, ignore=shutil.ignore_patterns("ingest.lock"))
@@ -63,12 +63,12 @@ def _load_questions(path: Path) -> list[dict[str, Any]]:
 
 def run_parity(data_dir: Path, questions_path: Path, reranker: str | None = None) -> dict[str, Any]:
     from rag.config import load_settings
-    from rag.embedder import load_embedder
     from rag.errors import RagError
     from rag.factory import build_pipeline
-    from rag.index import EmbeddedBackend, IndexReader
+    from rag.models.embedder import load_embedder
+    from rag.models.rerankers import load_reranker
     from rag.pipeline import PipelineOptions, Question
-    from rag.rerank import load_reranker
+    from rag.stores.index import EmbeddedBackend, IndexReader
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 

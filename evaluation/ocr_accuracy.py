@@ -1,7 +1,7 @@
 """How well OCR reads the scanned copies of the corpora, against the born-digital PDFs' own text layer.
 
 ``python -m evaluation.ocr_accuracy stored --copies DIR --work-dir DIR`` scores what ingestion recognised and stored
-(``rag.extracted``, in each corpus's data folder under the suite work dir) page by page against the original
+(``rag.stores.extracted``, in each corpus's data folder under the suite work dir) page by page against the original
 PDF's text layer; ``python -m evaluation.ocr_accuracy engines --copies DIR --pages N`` recognises a fixed sample of
 N pages with each engine here and now, timing each page (wall and CPU seconds).
 
@@ -121,7 +121,7 @@ def pairs(shared: Path, copies: Path, corpora: Sequence[str]) -> Iterator[tuple[
 
 def score_stored(shared: Path, copies: Path, work_dir: Path, corpora: Sequence[str]) -> dict[str, Any]:
     """Score what ingestion stored for the scanned copies (the engine found in each corpus's store)."""
-    from rag.extracted import ExtractedStore, content_key
+    from rag.stores.extracted import ExtractedStore, content_key
 
     scores: dict[str, Score] = {}
     engines: set[str] = set()

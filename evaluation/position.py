@@ -3,11 +3,11 @@
 Each question gets one frozen ``EvidenceSet`` (its gold passage(s) and an ordered list of distractors). For a
 context length L the variants of that question share the same L - g distractors in the same order; only the gold
 moves (``place``). Cells are (length, variant) pairs: depths 0/25/50/75/100% or explicit positions, each packing
-strategy of ``rag.stages.packing.edge_pack`` applied to the question's ranked evidence, spacing variants for
+strategy of ``rag.stages.pack.edge_pack`` applied to the question's ranked evidence, spacing variants for
 multi-source questions, and a control with the gold removed. Each cell reports accuracy with a Wilson interval,
 and paired tests say which differences are more than noise.
 
-The UI's Evaluation page uses ``run_sweep(config)``, ``rag.sweeps.load_sweep(dir)`` and ``rag.sweeps.sweep_figure``.
+The UI's Evaluation page uses ``run_sweep(config)``, ``rag.traces.sweeps.load_sweep(dir)`` and ``rag.traces.sweeps.sweep_figure``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from evaluation.graders import (
 )
 from evaluation.stats import PAIRED_TESTS, compare_paired, wilson_interval
 from rag.errors import ConfigurationError, RagError
-from rag.stages.packing import SINGLE_PASSAGE_STRATEGIES, STRATEGIES, edge_pack
-from rag.sweeps import Cell, Comparison, SweepResult
+from rag.stages.pack import SINGLE_PASSAGE_STRATEGIES, STRATEGIES, edge_pack
 from rag.text import count_tokens
+from rag.traces.sweeps import Cell, Comparison, SweepResult
 from rag.types import Bundle, Candidate, Chunk, Evidence, Prompt
 
 PROMPT_STYLES = ("rag", "paper")
@@ -267,13 +267,7 @@ def _passage_chunk(p: Passage) -> Chunk:
         page=p.page,
         page_end=p.page,
         ordinal=p.ordinal,
-        prev_id=None,
-        next_id=None,
         groups=("*",),
-        effective=None,
-        expires=None,
-        tags=(),
-        doc_version="",
         n_tokens=p.n_tokens or 0,
     )
 
@@ -390,7 +384,7 @@ def freeze_from_index(
         if pipeline is not None:
             reader = pipeline.reader
         else:
-            from rag.qdrant_server import open_index_reader
+            from rag.stores.qdrant_server import open_index_reader
 
             reader = open_index_reader(settings)
     if pipeline is None and retrieval == "pipeline" and distractors == "retrieved":
@@ -746,7 +740,7 @@ def sentence_scorer(kind: str, settings: Any, pipeline: Any, warn: Callable[[str
     if pipeline is not None and kind == "auto":
         return pipeline.sentence_scores
     try:
-        from rag.embedder import load_embedder
+        from rag.models.embedder import load_embedder
 
         if settings is None:
             from rag.config import load_settings

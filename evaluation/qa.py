@@ -33,7 +33,7 @@ from rag.errors import RagError
 
 if TYPE_CHECKING:
     from rag.pipeline import Question
-    from rag.sweeps import Comparison
+    from rag.traces.sweeps import Comparison
 
 CONTENT_RECALL_THRESHOLD = 0.5
 METRICS = (

@@ -23,6 +23,7 @@ from evaluation.suite import (
     answer_text_counts,
     combined,
     followup_pairs,
+    grade_followup,
     grade_policy,
     policy_questions,
     summarise_followups,
@@ -30,7 +31,7 @@ from evaluation.suite import (
 
 
 def regrade(results: Path, split: str, shared: Path) -> dict[str, Any]:
-    from evaluation.graders import answer_text_faults, repeats_previous
+    from evaluation.graders import answer_text_faults
 
     answers = load(results)
     paths = Paths(shared, Path("."))
@@ -48,18 +49,7 @@ def regrade(results: Path, split: str, shared: Path) -> dict[str, Any]:
         if all(r is not None for r in got):
             first, followup, standalone = got
             assert first is not None and followup is not None and standalone is not None
-            searched = followup.get("standalone") or {}
-            pairs.append(
-                {
-                    "id": p.id,
-                    "corpus": p.corpus,
-                    "first": grade_policy(p.first, first),
-                    "followup": grade_policy(p.followup, followup),
-                    "standalone": grade_policy(p.standalone, standalone),
-                    "rewritten": bool(searched.get("rewritten")),
-                    "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
-                }
-            )
+            pairs.append(grade_followup(p, first, followup, standalone))
     if pairs:
         suites["followup"] = summarise_followups(pairs)
     others = [r for (suite, _), r in answers.items() if suite.startswith("unanswerable:")]

@@ -2,7 +2,7 @@
 
     python -m evaluation.rerankers --out evaluation/results/rerankers.json
 
-SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/rerank_train.py) against the
+SciFact: the held-out half of the train-qrels queries (never trained on; see evaluation/training/reranker.py) against the
 full 5,183-abstract corpus; BM25 (our bm25_tokens) over title + abstract, dense MiniLM, RRF k=60, top 40.
 NQ-Open (held-out half, pool = the distinct gold passages) is reported separately. For each query every
 reranker reranks the same 40 candidates, in rotating order, and the rerank call alone is timed.
@@ -39,7 +39,8 @@ from rag.config import library_defaults
 
 library_defaults({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"})
 
-from evaluation.rerank_train import (  # noqa: E402
+from evaluation.metrics import ndcg_at, recall_at  # noqa: E402
+from evaluation.opendata import (  # noqa: E402
     DEFAULT_CACHE_DIR,
     DEFAULT_DATA_DIR,
     Retrieval,
@@ -48,9 +49,8 @@ from evaluation.rerank_train import (  # noqa: E402
     load_nq,
     load_scifact,
 )
-from rag.embedder import load_embedder  # noqa: E402
-from rag.metrics import ndcg_at, recall_at  # noqa: E402
-from rag.rerank import (  # noqa: E402
+from rag.models.embedder import load_embedder  # noqa: E402
+from rag.models.rerankers import (  # noqa: E402
     AUTO_RERANKER,
     DEFAULT_FEATURE_MODEL,
     FEATURE_MODELS,
@@ -449,11 +449,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, why_not in results["suite_veto"].items():
         print(f"{name} is not eligible for auto: {why_not}")
     choice, why = choose_default(eligible, args.budget_ms)
-    results["default"] = {"auto": choice, "why": why, "rag.rerank.AUTO_RERANKER": AUTO_RERANKER}
+    results["default"] = {"auto": choice, "why": why, "rag.models.rerankers.AUTO_RERANKER": AUTO_RERANKER}
     configured = {"features": v2_name}.get(AUTO_RERANKER, AUTO_RERANKER)
     print(f"\nauto = {choice}: {why}")
     if configured != choice:
-        print(f"WARNING: rag.rerank.AUTO_RERANKER is {AUTO_RERANKER!r}; the measurement says {choice!r}.")
+        print(
+            f"WARNING: rag.models.rerankers.AUTO_RERANKER is {AUTO_RERANKER!r}; the measurement says {choice!r}."
+        )
     results["load_average_at_end"] = list(os.getloadavg())
     results["seconds"] = round(time.perf_counter() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,8 @@ search (and query embedding for the dense leg), both legs plus fusion for ``hybr
 query path's stages that produce the ranking (up to reranking, and the follow-up hops, which can add and move
 candidates; evidence selection, the extractive answer and the citation check run but are not counted).
 
-Metrics are BEIR's (pytrec_eval definitions): ``rag.metrics``; qrels files load with ``load_qrels``. ``reranker_training_split`` splits the
-queries by ``evaluation.rerank_train.heldout``: the shipped reranker was trained on SciFact train-qrels queries of the
+Metrics are BEIR's (pytrec_eval definitions): ``evaluation.metrics``; qrels files load with ``load_qrels``. ``reranker_training_split`` splits the
+queries by ``evaluation.opendata.heldout``: the shipped reranker was trained on SciFact train-qrels queries of the
 "trained_on" half, so on SciFact train qrels only the "held_out" half is an unbiased figure for ``pipeline``.
 """
 
@@ -47,7 +47,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from rag.metrics import first_occurrences, ndcg_at, recall_at
+from evaluation.metrics import first_occurrences, ndcg_at, recall_at
 
 SYSTEMS = ("bm25", "dense", "hybrid", "pipeline")
 RANKING_STAGES = ("index", "filters", "intents", "retrieve", "rerank")
@@ -143,11 +143,11 @@ def run(
     ``per_query=True`` adds ``per_query``: every system's metrics for each query, in query order (for intervals).
     ``overrides`` are settings for the pipeline (``rag eval suite --set``), as for the other suites.
     """
-    from evaluation.rerank_train import heldout
+    from evaluation.opendata import heldout
     from rag.config import load_settings
     from rag.factory import build_pipeline
     from rag.pipeline import PipelineOptions, Question
-    from rag.stages.fusion import rrf_fuse
+    from rag.stages.retrieve import rrf_fuse
     from rag.text import bm25_tokens
     from rag.types import Principal, SearchFilter
 
@@ -207,7 +207,7 @@ def run(
     for s in SYSTEMS:
         systems[s]["docs_ranked_min"] = min(docs_ranked[s], default=0)
     split: dict[str, Any] = {
-        "rule": "evaluation.rerank_train.heldout(query id); the shipped reranker trained on SciFact train-qrels queries "
+        "rule": "evaluation.opendata.heldout(query id); the shipped reranker trained on SciFact train-qrels queries "
         "with heldout() False (and NQ-Open): only meaningful for SciFact train qrels",
     }
     for label, keep in (("trained_on", False), ("held_out", True)):

@@ -3,7 +3,7 @@
 Tuning reads only ``tune``; docs report ``test``. A split is stratified: within each stratum (question type for the
 policy sets, bridge/comparison for HotpotQA, corpus for the follow-up pairs) questions are ordered by a seeded hash
 of their id and dealt alternately, so both halves keep every type. SciFact keeps the reranker's own split
-(``evaluation.rerank_train.heldout``: features-v2 was trained on the other half), so its test half was never trained on.
+(``evaluation.opendata.heldout``: features-v2 was trained on the other half), so its test half was never trained on.
 
 ``python -m evaluation.splits --write`` rebuilds the file from the question files; ``--check`` fails when
 the committed file differs from what the seed gives (new questions get a split only by an explicit rebuild).
@@ -98,14 +98,14 @@ def build(sources: dict[str, list[Path]], scifact_qrels: Path | None = None) -> 
             **stratified(items),
         }
     if scifact_qrels is not None:
-        from evaluation.rerank_train import heldout
+        from evaluation.opendata import heldout
 
         qids = sorted(
             {line.split("\t")[0] for line in scifact_qrels.read_text().splitlines()[1:] if line.strip()}
         )
         splits["suites"]["scifact"] = {
             "source": scifact_qrels.name,
-            "strata": "evaluation.rerank_train.heldout (test = held out from reranker training)",
+            "strata": "evaluation.opendata.heldout (test = held out from reranker training)",
             "tune": [q for q in qids if not heldout(q)],
             "test": [q for q in qids if heldout(q)],
         }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from rag.sweeps import Comparison
+from rag.traces.sweeps import Comparison
 
 PAIRED_TESTS = ("mcnemar", "midp", "bootstrap")
 

@@ -16,7 +16,7 @@ index is open at a time. Suites, each on the tune or test half of its fixed spli
   in the final evidence and the answer span in the answer, separately for bridge and comparison questions.
 * ``followup``: conversations of two turns (``evaluation/suites/followups.jsonl``) over the policy corpora. The
   first question is asked, then the follow-up with the conversation as its history (the chat's
-  ``rag.memory.select_history`` within the history budget), then the standalone question the follow-up stands for,
+  ``rag.stages.memory.select_history`` within the history budget), then the standalone question the follow-up stands for,
   alone. The follow-up and the standalone question are graded against the same gold: all gold in the evidence,
   answer holds a gold quote, best gold at an edge, their differences, and how many follow-ups were rewritten.
 * ``unanswerable``: questions of one suite asked against another suite's corpus, which cannot answer them (policy
@@ -476,11 +476,10 @@ def run_followups(
     pipeline: Any, pairs: Sequence[FollowupPair], options: Any, sink: Sink | None = None
 ) -> list[dict[str, Any]]:
     """Each pair as the chat asks it: the first question, then the follow-up after it (the chat's history: the
-    turns ``rag.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
+    turns ``rag.stages.memory.select_history`` keeps within the history budget, ``ui/views/chat.py``), then the
     standalone question alone. One row per pair, each question graded by ``grade_policy``."""
-    from evaluation.graders import repeats_previous
     from evaluation.qa import as_asked, ask
-    from rag.memory import select_history
+    from rag.stages.memory import select_history
 
     rows = []
     for p in pairs:
@@ -492,22 +491,29 @@ def run_followups(
         if sink is not None:
             for q, r in ((p.first, first), (p.followup, followup), (p.standalone, standalone)):
                 sink(q.id, r)
-        # the rewrite stage's record (rag/stages/followup.py); absent before it, hence .get
-        searched = followup.get("standalone") or {}
-        rows.append(
-            {
-                "id": p.id,
-                "corpus": p.corpus,
-                "first": grade_policy(p.first, first),
-                "followup": grade_policy(p.followup, followup),
-                "standalone": grade_policy(p.standalone, standalone),
-                "rewritten": bool(searched.get("rewritten")),
-                "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
-                "searched_as": searched.get("question"),
-                "rewrite_method": searched.get("method"),
-            }
-        )
+        rows.append(grade_followup(p, first, followup, standalone))
     return rows
+
+
+def grade_followup(
+    p: FollowupPair, first: dict[str, Any], followup: dict[str, Any], standalone: dict[str, Any]
+) -> dict[str, Any]:
+    """One pair's row: each of its three answers graded by ``grade_policy``, and how the follow-up was searched."""
+    from evaluation.graders import repeats_previous
+
+    # the rewrite stage's record (rag/stages/standalone.py); absent before it, hence .get
+    searched = followup.get("standalone") or {}
+    return {
+        "id": p.id,
+        "corpus": p.corpus,
+        "first": grade_policy(p.first, first),
+        "followup": grade_policy(p.followup, followup),
+        "standalone": grade_policy(p.standalone, standalone),
+        "rewritten": bool(searched.get("rewritten")),
+        "repeats_first": repeats_previous(str(first.get("answer") or ""), followup),
+        "searched_as": searched.get("question"),
+        "rewrite_method": searched.get("method"),
+    }
 
 
 def run_hotpot(

@@ -27,10 +27,14 @@ from ingest.chunking import chunk_document, chunking_signature
 from ingest.ocr import Recogniser
 from ingest.sources import SUPPORTED, SourceDocument, discover, file_version, load_file, skip_reason
 from rag.config import Settings
-from rag.embedder import Embedder, embedder_for, passage_text, reading_encoder_for
 from rag.errors import IngestError, IngestFileError
-from rag.extracted import ExtractedStore
-from rag.index import (
+from rag.models.embedder import Embedder, embedder_for, passage_text, reading_encoder_for
+from rag.models.reading import identity
+from rag.models.sentences import SentenceStore, build_sentence_store, chunk_heading, reading_model_of
+from rag.stores import GenerationBuild, IndexWriter
+from rag.stores.bm25 import average_length
+from rag.stores.extracted import ExtractedStore
+from rag.stores.index import (
     GENERATIONS,
     ChunkArchive,
     Manifest,
@@ -41,12 +45,8 @@ from rag.index import (
     publish,
     save_chunks,
 )
-from rag.lexical import average_length
-from rag.models.reading import identity
-from rag.qdrant_server import open_index_writers
-from rag.sentences import SentenceStore, build_sentence_store, chunk_heading, reading_model_of
-from rag.stores import GenerationBuild, IndexWriter
 from rag.stores.memory import load_dense_matrix
+from rag.stores.qdrant_server import open_index_writers
 from rag.text import bm25_tokens
 from rag.types import Chunk
 
@@ -271,10 +271,6 @@ def ingest_lock(data_dir: Path, wait_s: float = 600.0) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _empty_manifest(model: str, dim: int) -> Manifest:
-    return Manifest(generation="", created_at="", embedding_model=model, dim=dim, documents={}, sources={})
-
-
 def _next_generation_name(data_dir: Path) -> str:
     folder = index_root(data_dir) / GENERATIONS
     numbers = [int(p.name.split("-")[1]) for p in folder.glob("gen-*") if p.name.split("-")[1].isdigit()]
@@ -312,7 +308,7 @@ def _doc_entry(doc: SourceDocument, chunks: Sequence[Chunk]) -> dict[str, Any]:
         "chunk_ids": [c.chunk_id for c in chunks],
     }
     if doc.extraction is not None and (doc.extraction.ocr_pages or doc.extraction.view_text is not None):
-        # where the source viewer finds the recognised words or the converted text (``rag.extracted``)
+        # where the source viewer finds the recognised words or the converted text (``rag.stores.extracted``)
         entry["extracted"] = {
             "key": doc.extraction.content_key,
             "by": doc.extraction.engine,

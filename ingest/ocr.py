@@ -2,7 +2,7 @@
 
 Each page is rendered and recognised in a sandboxed child (``ingest.sandbox``: a hostile PDF costs at most
 ``ocr_page_timeout_s`` and ``pdf_max_memory_mb``), pages of a file in parallel up to the machine's cores, and
-every result is stored in ``rag.extracted.ExtractedStore`` as soon as it is read: a re-ingest recognises nothing
+every result is stored in ``rag.stores.extracted.ExtractedStore`` as soon as it is read: a re-ingest recognises nothing
 twice, an interrupted one resumes at the pages it had not finished, and a new engine (another version, language
 or resolution) recognises afresh with a notice. The words keep their boxes, so the source viewer marks a cited
 passage on the scanned page itself.
@@ -30,7 +30,7 @@ from typing import Any
 
 from rag.config import Settings, library_defaults
 from rag.errors import IngestFileError
-from rag.extracted import ExtractedStore, RecognisedPage, Word
+from rag.stores.extracted import ExtractedStore, RecognisedPage, Word
 
 SANDBOX_PRELOAD = ("pypdfium2", "PIL.Image", "pytesseract")
 PIPELINE_VERSION = 2  # bump when rendering or page assembly changes: cached pages are then recognised again

@@ -45,7 +45,7 @@ class PdfText:
 
     A PDF with pages that need OCR: ``needs_ocr`` names them and ``pages`` is the uncleaned text layer, until
     ``extract_pdf`` has recognised them; then ``ocr_pages`` names the pages whose text OCR gave, ``ocr_engine``
-    and ``content_key`` where the recognised words are kept (``rag.extracted``), and ``warnings``/``notices``
+    and ``content_key`` where the recognised words are kept (``rag.stores.extracted``), and ``warnings``/``notices``
     what the file's result tells the user (pages too poor to index, a new engine)."""
 
     pages: tuple[str, ...]
@@ -76,7 +76,7 @@ def extract_pdf(path: Path, settings: Settings, recogniser: Recogniser | None = 
 def _with_ocr(path: Path, text: PdfText, settings: Settings, recogniser: Recogniser | None) -> PdfText:
     """Recognise the pages that need it, put their text in place of the layer's, then clean every page."""
     from ingest.ocr import OcrUnavailable, pages_named
-    from rag.extracted import content_key
+    from rag.stores.extracted import content_key
 
     n_pages = len(text.pages)
     layer_chars = sum(_alnum(p) for p in text.pages)

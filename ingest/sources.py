@@ -34,7 +34,7 @@ from ingest.metadata import (
 from ingest.pdf import extract_pdf
 from rag.config import Settings
 from rag.errors import IngestFileError
-from rag.extracted import content_key
+from rag.stores.extracted import content_key
 from rag.text import normalize
 from rag.types import DocumentMeta
 
@@ -85,9 +85,9 @@ class PageText:
 @dataclass(frozen=True)
 class Extraction:
     """How a document's text was read, beyond a text layer or a text file: for the index manifest, the file's
-    result and the source viewer (``rag.extracted`` keeps the recognised words and the converted text)."""
+    result and the source viewer (``rag.stores.extracted`` keeps the recognised words and the converted text)."""
 
-    content_key: str  # sha256 of the file's bytes: where ``rag.extracted`` keeps what was read
+    content_key: str  # sha256 of the file's bytes: where ``rag.stores.extracted`` keeps what was read
     engine: str  # the OCR engine, or the converter ("mammoth+markdownify", "trafilatura")
     ocr_pages: tuple[int, ...] = ()  # pages whose text OCR gave
     view_text: str | None = None  # a converted document's Markdown: what the viewer shows

@@ -163,7 +163,7 @@ class Settings(BaseSettings):
         ge=0.0,
         le=1.0,
         description="A follow-up's new words take the place of the previous question's closest span when their "
-        "embedding cosine reaches this (rag/stages/followup.py; calibrated on the follow-up suite's tune split).",
+        "embedding cosine reaches this (rag/stages/standalone.py; calibrated on the follow-up suite's tune split).",
     )
     evidence_cut: float = Field(
         default=0.0,
@@ -327,10 +327,6 @@ class Settings(BaseSettings):
         if self.qdrant_write_consistency > self.qdrant_replication:
             raise ValueError("qdrant_write_consistency cannot exceed qdrant_replication")
         return self
-
-    @property
-    def index_dir(self) -> Path:
-        return self.data_dir / "index"
 
     @property
     def sqlalchemy_url(self) -> str:

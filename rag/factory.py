@@ -5,9 +5,8 @@ collaborators: the index reader these settings name (embedded generations, or th
 ``RAG_QDRANT_URL`` is set), the embedder, the reranker fed with the generation's stored sentence vectors and
 passage tokens (``Pipeline`` wires those from the reader), the LLM client when one is configured, the trace
 store when the caller wants traces saved, and the stages ``Pipeline.ask`` runs over them, in order
-(``rag.components.build_stages``, less the ones ``RAG_ABLATE`` removes; ``Pipeline`` calls it, as a Pipeline
-constructed directly in a test needs the same list, and this module, which imports the pipeline, cannot be
-imported by it).
+(``rag.pipeline.build_stages``, less the ones ``RAG_ABLATE`` removes; ``Pipeline`` calls it, as a Pipeline
+constructed directly in a test needs the same list).
 """
 
 from __future__ import annotations
@@ -17,10 +16,10 @@ from typing import TYPE_CHECKING
 from rag.config import Settings
 
 if TYPE_CHECKING:
-    from rag.embedder import Embedder
-    from rag.index import IndexReader
+    from rag.models.embedder import Embedder
     from rag.pipeline import Pipeline
     from rag.protocols import LLM, TraceSink
+    from rag.stores.index import IndexReader
     from rag.tracestore import TraceStore
 
 

@@ -1,6 +1,7 @@
-"""The query path, top to bottom: ``Pipeline.ask`` runs the stages ``rag.components.build_stages`` lists, each
-a small component (rag/components) over the pure functions in ``rag/stages``, on one request's state
-(rag/request.py); each stage records its output in the trace. Nothing here searches without a filter.
+"""The query path, top to bottom: ``build_stages`` lists the stages in the order they run, each a small component
+(``name``, ``run(state) -> state``) in the module of rag/stages named for it, beside the pure functions it runs;
+``Pipeline.ask`` loops over them on one request's state (rag/request.py), and each stage records its output in
+the trace. Nothing here searches without a filter.
 """
 
 from __future__ import annotations
@@ -13,26 +14,44 @@ from typing import Any
 
 import numpy as np
 
-from rag import trace_schema as ts
-from rag.components import Models, QueryVectors, Scoring, Search, build_stages
 from rag.config import Settings
-from rag.cross_encoder import ReaderCrossEncoder
-from rag.embedder import Embedder, embedder_for, reading_encoder_for
-from rag.index import IndexReader
-from rag.models import MODELS_DIR
+from rag.models.dependency import DependencyModel
+from rag.models.embedder import Embedder, embedder_for, reading_encoder_for
+from rag.models.reader import ReaderModel
 from rag.models.reading import identity
 from rag.protocols import LLM, Reranker, TraceSink
-from rag.qdrant_server import open_index_reader
-from rag.request import PipelineOptions, Plan, Question, Recorder, State, plan_request, rounded
-from rag.stages.claims import ClaimCheck, verified
-from rag.stages.excerpts import DependencyModel
-from rag.stages.followup import Standalone
-from rag.stages.reading import ReaderModel, VectorLookup
+from rag.request import PipelineOptions, Plan, Question, Recorder, Stage, State, plan_request, rounded
+from rag.stages.abstention import DecideAbstention
+from rag.stages.answer_check import AnswerCheck
+from rag.stages.answer_type import CheckAnswerTypes
+from rag.stages.budget import Budget
+from rag.stages.bundle import BundleDependencies
+from rag.stages.citations import Citations
+from rag.stages.claims import Claims, verified
+from rag.stages.confirm import Confirm
+from rag.stages.context import SectionContext
+from rag.stages.dedup import Dedup
+from rag.stages.filters import Filters
+from rag.stages.generate import Extractive, Generate
+from rag.stages.hops import Hops
+from rag.stages.index import OpenIndex
+from rag.stages.intents import Intents
+from rag.stages.pack import Pack
+from rag.stages.prompt import BuildPrompt
+from rag.stages.read import Read
+from rag.stages.rerank import Rerank
+from rag.stages.retrieve import Retrieve, Search
+from rag.stages.shared import Models, QueryVectors, Scoring, VectorLookup
+from rag.stages.standalone import StandaloneQuestion
+from rag.stores.index import IndexReader
+from rag.stores.qdrant_server import open_index_reader
 from rag.text import count_tokens
+from rag.traces import schema as ts
 from rag.types import (
     Bundle,
     Candidate,
     Citation,
+    ClaimCheck,
     Dropped,
     Evidence,
     Excerpt,
@@ -40,7 +59,50 @@ from rag.types import (
     Intent,
     Prompt,
     StageRecord,
+    Standalone,
 )
+
+# An ablation (settings ``ablate``, rag/config.py ABLATIONS) either removes a stage, by the stage's name, or
+# switches off a check inside one (intents, bundling, adjacent, followup, followup_topic; excerpts, the models' own:
+# see build_stages and rag/pipeline.py).
+REMOVES_STAGE = {"answer_types": "answer_type", "reader": "read"}
+
+
+def build_stages(settings: Settings, models: Models, queries: QueryVectors) -> list[Stage]:
+    """The stages a request runs, in order, less the ones the settings ablate."""
+    off = settings.ablated
+    search = Search(settings, models, queries)
+    scoring = Scoring(models, queries)
+    extractive = Extractive(scoring)
+    stages: list[Stage] = [
+        OpenIndex(models),
+        Filters(),
+        StandaloneQuestion(queries, bar=settings.followup_bar, enabled="followup" not in off),
+        Intents(split="intents" not in off),
+        Retrieve(search),
+        Rerank(models),
+        Hops(settings, models, search),
+        DecideAbstention(),
+        Dedup(threshold=settings.dedup_threshold),
+        SectionContext(
+            models, weight=settings.section_context_weight, window=settings.section_context_window
+        ),
+        Budget(score_floor=settings.budget_score_floor),
+        BundleDependencies(models, bundling="bundling" not in off, join_adjacent="adjacent" not in off),
+        Pack(),
+        CheckAnswerTypes(
+            scoring, check_k=settings.answer_check_k, followup_topic="followup_topic" not in off
+        ),
+        Read(models, queries, scoring, cut=settings.evidence_cut, keep=settings.evidence_min_bundles),
+        BuildPrompt(repeat_question=settings.repeat_question, mode=settings.generation_mode),
+        Generate(settings, extractive),
+        Citations(scoring, repair=settings.citation_repair),
+        Claims(settings, scoring, extractive),
+        AnswerCheck(),
+        Confirm(enabled=settings.llm_confirm, bar=settings.llm_confirm_bar),
+    ]
+    removed = {stage for ablation, stage in REMOVES_STAGE.items() if ablation in off}
+    return [stage for stage in stages if stage.name not in removed]
 
 
 @dataclass(frozen=True)
@@ -49,7 +111,7 @@ class Result:
 
     Frozen: its sequences are stored as tuples whatever the caller passed (``dataclasses.replace`` makes a
     changed copy). The dicts (budgets, hops, answer_check, verification, each stage's detail) are JSON records
-    the trace schema (rag/trace_schema.py) checks when ``trace()`` builds the trace; the schema is the one
+    the trace schema (rag/traces/schema.py) checks when ``trace()`` builds the trace; the schema is the one
     place the trace's shape is written.
     """
 
@@ -77,7 +139,7 @@ class Result:
     answer_check: dict[str, Any] = field(default_factory=dict)  # per intent: does the answer address it?
     claims: Sequence[ClaimCheck] = ()  # every claim's verdict (rag/stages/claims.py)
     verification: dict[str, Any] = field(default_factory=dict)  # the claim check, its repair and any fallback
-    standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/followup.py)
+    standalone: Standalone | None = None  # what a follow-up was searched as (rag/stages/standalone.py)
     excerpts: Sequence[
         Excerpt
     ] = ()  # what an extractive answer shows, point by point (rag/stages/extractive.py)
@@ -90,7 +152,7 @@ class Result:
                 object.__setattr__(self, name, tuple(value))
 
     def trace(self) -> ts.Trace:
-        """The typed trace (rag/trace_schema.py); raises pydantic's ValidationError if a stage's record does
+        """The typed trace (rag/traces/schema.py); raises pydantic's ValidationError if a stage's record does
         not match the schema (a bug: the schema, not the stage, says what a trace holds)."""
         cited = {c.chunk_id for c in self.citations if c.valid}
         bundle_of = {e.candidate.chunk_id: e.bundle_id for e in self.evidence}
@@ -262,7 +324,7 @@ class Pipeline:
         reader_model: ReaderModel | None = None,
         reading_encoder: Embedder | None = None,
     ) -> None:
-        from rag.rerank import load_reranker
+        from rag.models.rerankers import load_reranker
 
         self.settings = settings
         reader = reader or open_index_reader(settings)
@@ -281,22 +343,18 @@ class Pipeline:
             reading_query_vector=self.reading_query_vector,
         )
         if llm is None and settings.llm_configured:
-            from rag.llm import LLMClient
+            from rag.llm.client import LLMClient
 
             llm = LLMClient.from_settings(settings)
         self.llm: LLM | None = llm
         self.trace_store: TraceSink | None = trace_store
         if reader_model is None and "reader" not in settings.ablated:
             reader_model = ReaderModel.load()
-        # the cross-encoder whose logits the reader model was trained with, when it was
-        ce = reader_model.meta.get("cross_encoder") if reader_model is not None else None
-        cross_encoder = ReaderCrossEncoder(MODELS_DIR / ce) if ce else None
         self.models = Models(
             reader,
             embedder,
             reranker,
             reader_model,
-            cross_encoder,
             reading_encoder,
             reading_model,
             dependency_model=None if "excerpts" in settings.ablated else DependencyModel.load(),
@@ -419,7 +477,7 @@ class Pipeline:
         return self.scoring.sentence_vector_lookup(evidence)
 
     def reading_vector_lookup(self, evidence: Sequence[Evidence]) -> VectorLookup:
-        """The reading encoder's vectors of evidence sentences, by ``rag.sentences.reading_text``."""
+        """The reading encoder's vectors of evidence sentences, by ``rag.models.sentences.reading_text``."""
         return self.scoring.reading_vector_lookup(evidence)
 
     def reading_query_vectors(self, texts: Sequence[str]) -> list[np.ndarray]:

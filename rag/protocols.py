@@ -1,7 +1,7 @@
 """The collaborators of the query path, as narrow as ``Pipeline`` uses them.
 
 ``Pipeline`` depends on these shapes, never on a concrete class: the feature, cross-encoder and LLM-judge
-rerankers (``rag.rerank``), ``rag.llm.LLMClient`` or the UI's streaming wrapper, the SQL trace store
+rerankers (``rag.models.rerankers``), ``rag.llm.client.LLMClient`` or the UI's streaming wrapper, the SQL trace store
 (``rag.tracestore``), and the test doubles that stand in for each.
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from rag.generation import ChatModel
-from rag.types import Candidate
+from rag.types import Candidate, Completes
 
 
 class Reranker(Protocol):
-    """Orders candidates for a query text. (``rag.rerank.Reranker`` adds the sentence ``support`` the
+    """Orders candidates for a query text. (``rag.models.rerankers.Reranker`` adds the sentence ``support`` the
     evaluation uses; the query path needs only this.) A reranker may also carry a calibrated
     ``abstain_threshold``; ``Pipeline.abstain_threshold`` reads it when the settings name none."""
 
@@ -29,8 +28,16 @@ class Reranker(Protocol):
         ...
 
 
+class ChatModel(Completes, Protocol):
+    """What the generation modes need from an LLM client (``rag.llm.client.LLMClient`` or a test double): its
+    ``complete`` (``rag.types.Completes``), its model id and its longest answer."""
+
+    model: str
+    max_tokens: int
+
+
 # The LLM client: what the generation modes and the claim repair call (``complete`` with the model's name and
-# token limit). One definition, in rag/generation.py, so the two can never drift apart.
+# token limit). One definition, so the two can never drift apart.
 LLM = ChatModel
 
 
@@ -42,4 +49,4 @@ class TraceSink(Protocol):
         ...
 
 
-__all__ = ["LLM", "Reranker", "TraceSink"]
+__all__ = ["LLM", "ChatModel", "Reranker", "TraceSink"]

@@ -3,7 +3,7 @@ produced so far.
 
 A stage (``Stage``) takes the request's ``State`` and returns it with its own output added; what it did goes into
 the state's ``Recorder`` under the stage's name, which becomes that stage's record in the trace
-(rag/trace_schema.py). ``Pipeline.ask`` (rag/pipeline.py) runs the stages ``rag.components.build_stages`` lists.
+(rag/traces/schema.py). ``Pipeline.ask`` (rag/pipeline.py) runs the stages ``rag.pipeline.build_stages`` lists.
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from typing import Any, Protocol, overload
 
 from rag.config import Settings
 from rag.protocols import LLM
-from rag.stages.abstention import Abstention, Coverage
-from rag.stages.claims import ClaimCheck
-from rag.stages.followup import Standalone
-from rag.stages.hops import Chain
-from rag.stages.reading import Reading
 from rag.types import (
+    Abstention,
     Bundle,
     Candidate,
+    Chain,
     Citation,
+    ClaimCheck,
+    Coverage,
     Dropped,
     Evidence,
     Excerpt,
@@ -33,8 +32,10 @@ from rag.types import (
     Intent,
     Principal,
     Prompt,
+    Reading,
     SearchFilter,
     StageRecord,
+    Standalone,
 )
 
 

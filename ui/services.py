@@ -27,7 +27,6 @@ from rag.errors import (
     ConfigurationError,
     EmptyIndexError,
     GenerationError,
-    IndexUnavailableError,
     RagError,
     RetrievalError,
     StorageError,
@@ -36,10 +35,10 @@ from rag.types import Principal
 from ui import auth, oidc
 
 if TYPE_CHECKING:  # the heavy modules load lazily, inside the cached constructors
-    from rag.embedder import Embedder
-    from rag.index import IndexReader
+    from rag.models.embedder import Embedder
     from rag.pipeline import Pipeline, PipelineOptions, Question
-    from rag.sweeps import SweepResult
+    from rag.stores.index import IndexReader
+    from rag.traces.sweeps import SweepResult
     from rag.tracestore import TraceStore
 
 USERS_FILE = "users.json"
@@ -236,7 +235,7 @@ def render_sign_in(settings: Settings) -> None:
 def deployment_details(settings: Settings) -> None:
     """Where the data lives and how answers are generated, in a closed sidebar expander. ui/app.py shows it to
     administrators only: employees see none of it."""
-    from rag.index import current_generation
+    from rag.stores.index import current_generation
 
     generation = f"LLM {settings.llm_model}" if settings.llm_configured else "extractive (no LLM configured)"
     with st.sidebar.expander("Deployment details", icon=":material/settings:"):
@@ -323,7 +322,7 @@ def page_guard() -> Iterator[None]:
 # ----------------------------------------------------------------------------- cached resources
 @st.cache_resource(show_spinner="Loading the embedding model...")
 def _embedder(model: str, batch_size: int, runtime: str, cache_dir: str | None) -> Embedder:
-    from rag.embedder import load_embedder
+    from rag.models.embedder import load_embedder
 
     embedder = load_embedder(model, batch_size, runtime, Path(cache_dir) if cache_dir else None)
     # loads (or, once per machine, exports) the ONNX encoder under the spinner
@@ -333,7 +332,7 @@ def _embedder(model: str, batch_size: int, runtime: str, cache_dir: str | None) 
 
 @st.cache_resource(show_spinner="Opening the index...")
 def _reader(settings_json: str) -> IndexReader:
-    from rag.qdrant_server import open_index_reader
+    from rag.stores.qdrant_server import open_index_reader
 
     # embedded generations, or the Qdrant server when RAG_QDRANT_URL is set (the reader `rag ask` uses);
     # raises EmptyIndexError before anything is cached
@@ -392,7 +391,7 @@ def get_reader(settings: Settings) -> IndexReader:
 def get_pipeline(settings: Settings) -> Pipeline:
     """The shared pipeline for the published generation. Traces are saved by the pages (``save_trace``), not by
     the pipeline."""
-    from rag.index import current_generation
+    from rag.stores.index import current_generation
 
     return _pipeline(_key(settings), current_generation(settings.data_dir))
 
@@ -491,15 +490,6 @@ def ask_streaming(
     return StreamingAnswer(q, thread, box)
 
 
-def index_error_or_none(settings: Settings) -> BaseException | None:
-    """Why the index cannot be read right now, or None."""
-    try:
-        get_reader(settings)
-        return None
-    except (IndexUnavailableError, RagError) as exc:
-        return exc
-
-
 # ----------------------------------------------------------------------------- evaluation
 SWEEP_RUNNER_MISSING = (
     "The evaluation package is not installed beside the app, so sweeps cannot be run here; "
@@ -541,8 +531,8 @@ def run_sweep(settings: Settings, request: SweepRequest, out: Path) -> SweepResu
 
     The sweep lives in ``evaluation/`` (it ingests nothing, but it grades, and ui/ imports only rag/): the page
     starts the same command an admin would type, with the same ``RAG_*`` environment, and reads its files through
-    ``rag.sweeps``. The arguments are a list (no shell); the form offers only fixed choices and numbers."""
-    from rag.sweeps import load_sweep
+    ``rag.traces.sweeps``. The arguments are a list (no shell); the form offers only fixed choices and numbers."""
+    from rag.traces.sweeps import load_sweep
 
     command = [sys.executable, "-m", "evaluation", "position", *request.argv(Path(settings.data_dir), out)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)

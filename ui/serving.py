@@ -185,7 +185,7 @@ def requester(
 
 def published_documents(data_dir: Path) -> dict[str, dict[str, Any]]:
     """The documents of the published index generation, as the index manifest lists them (none: {})."""
-    from rag.index import current_generation
+    from rag.stores.index import current_generation
 
     name = current_generation(Path(data_dir))
     return {} if name is None else _manifest_documents(str(Path(data_dir).resolve()), name)
@@ -193,7 +193,7 @@ def published_documents(data_dir: Path) -> dict[str, dict[str, Any]]:
 
 @lru_cache(maxsize=4)
 def _manifest_documents(data_dir: str, generation: str) -> dict[str, dict[str, Any]]:
-    from rag.index import Manifest, generation_dir
+    from rag.stores.index import Manifest, generation_dir
 
     return Manifest.load(generation_dir(Path(data_dir), generation)).documents
 

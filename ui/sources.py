@@ -25,7 +25,7 @@ from typing import Any
 
 import streamlit as st
 
-from rag.extracted import ExtractedStore, word_text
+from rag.stores.extracted import ExtractedStore, word_text
 from rag.types import DocumentMeta, Principal
 from ui.components import escape_md
 
@@ -44,7 +44,7 @@ MIME = {
 
 @dataclass(frozen=True)
 class Extracted:
-    """Where ``rag.extracted`` keeps what ingestion read out of the file: OCR'd pages' words, converted text."""
+    """Where ``rag.stores.extracted`` keeps what ingestion read out of the file: OCR'd pages' words, converted text."""
 
     key: str
     by: str
@@ -245,7 +245,7 @@ def passage_boxes(path: str, mtime: float, page: int, passage: str) -> tuple[Box
 @st.cache_data(max_entries=64, show_spinner=False)
 def ocr_boxes(data_dir: str, key: str, engine: str, page: int, passage: str) -> tuple[Box, ...]:
     """Where the passage sits on a scanned page: the boxes of the recognised words it spans, one box per run of
-    words on a line. The words are those OCR read when the page was indexed (``rag.extracted``)."""
+    words on a line. The words are those OCR read when the page was indexed (``rag.stores.extracted``)."""
     store = ExtractedStore(data_dir)
     try:
         recognised = store.page(key, engine, page) if store.exists() else None
@@ -390,7 +390,7 @@ def render_source(
 ) -> None:
     """The document at the cited page, opened at the passage; a link that opens the PDF in the browser's viewer
     at that page (``open_link(page)``, ui/serving.py), and a download button for the file. ``data_dir`` holds
-    what ingestion read out of scans and converted documents (``rag.extracted``)."""
+    what ingestion read out of scans and converted documents (``rag.stores.extracted``)."""
     if not source.path.is_file():
         st.warning(
             f"The file of “{escape_md(source.title)}” is no longer where it was indexed ({source.path.name}): re-run "

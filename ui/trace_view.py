@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rag.stages.packing import STRATEGIES
+from rag.stages.pack import STRATEGIES
 from ui import components
 
 # Three significant digits: a reranker's probabilities run from 0.99 down to 0.0002, which "%.3f" shows as 0.000.

@@ -29,7 +29,7 @@ class SciFactQuery:
 
 def scifact_queries(root: Path, limit: int | None) -> list[SciFactQuery]:
     """The held-out half of the train-qrels queries (the reranker never trained on them), by query id."""
-    from evaluation.rerank_train import heldout
+    from evaluation.opendata import heldout
 
     texts = {}
     for line in (root / "queries.jsonl").read_text().splitlines():
@@ -83,7 +83,7 @@ def run_scifact(
     log: Log,
 ) -> dict[str, Any]:
     from rag.config import default_settings
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
 
     s = default_settings()
     queries = scifact_queries(root, limit)
@@ -137,7 +137,7 @@ def run_dev(
     log: Log,
 ) -> dict[str, Any]:
     from rag.config import default_settings
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
     from rag.text import count_tokens
 
     s = default_settings()

@@ -19,7 +19,6 @@ DEV_CORPUS = (
 GRADER = SHARED / "tools" / "grade_evidence.py"
 WORK_DIR = Path("/tmp/peer")
 DEFAULT_OUT = REPO / "evaluation" / "results" / "peer.json"
-HAYSTACK_PIN = "haystack-ai==2.31.0"  # keep in step with scripts/peer_venv.sh
 
 HAYSTACK_MISSING = (
     "evaluation.peer needs Haystack 2.x, which is not installed in this environment (on purpose: it is never a "

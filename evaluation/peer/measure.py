@@ -16,7 +16,7 @@ from evaluation.peer.systems import Answer, Ours, Peer, torch_threads
 
 
 def ndcg_at_10(ranked: Sequence[str], relevant: frozenset[str]) -> float:
-    from rag.metrics import ndcg_at
+    from evaluation.metrics import ndcg_at
 
     return ndcg_at(list(ranked), relevant, 10)
 

@@ -53,7 +53,7 @@ def ingest_ours(paths: Sequence[str], data_dir: Path, log: Log) -> dict[str, Any
     """Index ``paths`` with the project's ingestion (model loading is not indexing); what it cost."""
     from ingest.indexer import ingest
     from rag.config import load_settings
-    from rag.embedder import load_embedder
+    from rag.models.embedder import load_embedder
 
     settings = load_settings(data_dir=data_dir)
     embedder = load_embedder(settings.embedding_model, settings.embed_batch_size)
@@ -75,7 +75,7 @@ def our_vectors(data_dir: Path, chunks: Sequence[Any]) -> np.ndarray:
     """The vectors our ingestion stored for the chunks' indexed texts (its embedding cache)."""
     from ingest.indexer import EmbeddingCache
     from rag.config import load_settings
-    from rag.embedder import passage_text
+    from rag.models.embedder import passage_text
 
     cache = EmbeddingCache(data_dir, load_settings(data_dir=data_dir).embedding_model)
     try:
@@ -163,7 +163,7 @@ class Peer:
         from haystack.document_stores.types import DuplicatePolicy
         from haystack.utils import ComponentDevice
 
-        from rag.embedder import passage_text
+        from rag.models.embedder import passage_text
 
         cpu = ComponentDevice.from_str("cpu")
         self.text_of = {c.chunk_id: c.text for c in chunks}

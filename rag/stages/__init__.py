@@ -1,43 +1,13 @@
-"""The pure, typed stages of the query path. The runner calls them in order and records timing and traces;
-no stage does I/O or logging."""
+"""The stages of the query path, one module each, named for the stage (the name its trace record carries).
 
-from rag.stages.abstention import (
-    Abstention,
-    Coverage,
-    abstain,
-    abstention_text,
-    check_answer_types,
-    decide_abstention,
-)
-from rag.stages.budget import apply_budget
-from rag.stages.bundling import ChunkLookup, bundle_dependencies
-from rag.stages.citations import check_citations, parse_citations
-from rag.stages.dedup import remove_near_duplicates
-from rag.stages.extractive import extractive_answer
-from rag.stages.fusion import Hit, merge_intents, rrf_fuse
-from rag.stages.intents import split_intents
-from rag.stages.packing import edge_pack, number_evidence
-from rag.stages.prompt import build_prompt
+Each module holds the stage's component (a small class with a ``name`` and ``run(state) -> state``, which writes
+what it did into the request's recorder) beside the pure, typed functions it runs; ``rag.pipeline.build_stages``
+lists them in order:
 
-__all__ = [
-    "Abstention",
-    "ChunkLookup",
-    "Coverage",
-    "Hit",
-    "abstain",
-    "abstention_text",
-    "apply_budget",
-    "build_prompt",
-    "bundle_dependencies",
-    "check_answer_types",
-    "check_citations",
-    "decide_abstention",
-    "edge_pack",
-    "extractive_answer",
-    "merge_intents",
-    "number_evidence",
-    "parse_citations",
-    "remove_near_duplicates",
-    "rrf_fuse",
-    "split_intents",
-]
+index, filters, standalone, intents, retrieve, rerank, hops (``hop_1``, ...), abstention, dedup, context, budget,
+bundle, pack, answer_type, read, prompt, generate, citations, claims, answer_check, confirm.
+
+What several stages share: ``shared`` (the loaded models, the query-vector caches, sentence-level scores),
+``extractive`` (the evidence's quotable sentences and the offline answer built from them) and ``memory`` (which
+past turns and facts of a conversation a question carries).
+"""

@@ -1,5 +1,5 @@
 """Does the answer address each part of the question? One check for the trace's ``answer_check``, the note that
-names the parts left unanswered, and so the label ("Answers only part of the question": rag/status.py).
+names the parts left unanswered, and so the label ("Answers only part of the question": rag/traces/status.py).
 
 A part is addressed when a sentence of the answer names its words (``rag.stages.extractive.check_addresses``),
 or, with the reader, when a sentence the answer quotes clears the reader's answer bar for it: the reader is what
@@ -10,11 +10,13 @@ needs every part addressed and every part's quotes vouched for (the support bar,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from rag.request import State
 from rag.stages.extractive import address_report, check_addresses
-from rag.stages.reading import Reading, reader_support
-from rag.types import Intent
+from rag.stages.read import reader_support
+from rag.types import Intent, Reading
 
 
 def check_answer(
@@ -50,3 +52,22 @@ def unanswered(
     checks = check_answer(answer, intents, reading)["intents"]
     addressed = {c["index"] for c in checks if c["addressed"]}
     return [intent for intent in uncovered if intent.index not in addressed]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class AnswerCheck:
+    """Does the answer address every part of the question? ("Citations checked" needs it, and with the reader
+    every part answered by a quoted sentence it vouches for.)"""
+
+    name = "answer_check"
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            grounds = [c.evidence_sentence for c in state.claims if c.evidence_sentence]
+            answer_check = check_answer(
+                state.answer, state.intents, state.reading, abstained=state.abstained, grounds=grounds
+            )
+            d.update(answer_check)
+        return replace(state, answer_check=answer_check)

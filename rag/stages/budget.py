@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from rag.types import Candidate, Dropped, Intent
+from rag.request import State
+from rag.types import Candidate, Chain, Dropped, Intent
 
 STAGE = "budget"
 
@@ -118,3 +120,34 @@ def _keep_chains(
                 dropped.append(Dropped(ranked[victim].chunk_id, f"replaced_by_chain_link:{child}", STAGE))
                 break
     return taken, dropped
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Budget:
+    """At most k passages and the token budget, for the parts of the question the passages cover."""
+
+    name = "budget"
+
+    def __init__(self, *, score_floor: bool) -> None:
+        self.score_floor = score_floor
+
+    def run(self, state: State) -> State:
+        k, token_budget = state.plan.evidence_k, state.plan.token_budget
+        with state.recorder.stage(self.name) as d:
+            selected, drops = apply_budget(
+                state.fill_order,
+                state.coverage.covered(state.intents),
+                k=k,
+                token_budget=token_budget,
+                links=chain_links(state.chains),
+                min_score=state.threshold if self.score_floor else None,
+            )
+            d.update(selected=len(selected), k=k, token_budget=token_budget)
+        return replace(state, selected=selected, dropped=[*state.dropped, *drops])
+
+
+def chain_links(chains: Iterable[Chain]) -> dict[str, str]:
+    """Child chunk id -> parent chunk id: the budget keeps both ends of a link."""
+    return {child: parent for child, parent, _ in chains}

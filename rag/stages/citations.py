@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+import numpy as np
+
+from rag.models.sentences import sentence_units
+from rag.request import State
+from rag.stages.extractive import shown_sentence
+from rag.stages.shared import Scoring
 from rag.text import bm25_token_set, split_sentences
 from rag.types import Chunk, Citation, Evidence, Generated
 
@@ -260,3 +267,60 @@ def is_model_answer(generated: Generated, *, use_llm: bool, abstained: bool) -> 
     """Whether the answer is the language model's own text: not an abstention, not the extractive answer, not
     the extractive fallback after the model failed. Only such an answer has its citations and claims repaired."""
     return use_llm and not abstained and generated.error is None
+
+
+def support_scorer(scoring: Scoring, evidence: Sequence[Evidence]) -> Callable[[str, str], float]:
+    """How well a passage supports a claim: the mean of lexical coverage and the best cosine between the
+    claim and one of the passage's sentences (vectors from the index; claims embedded once each)."""
+    vectors: dict[str, np.ndarray] = {}
+    # An extractive claim is an evidence sentence: its vector is already in the index.
+    claims: dict[str, np.ndarray] = {}
+    for e in evidence:
+        v = scoring.models.reader.sentence_vectors(e.candidate.chunk_id)
+        if v is not None and len(v):
+            vectors[e.candidate.chunk.text] = v
+            units = sentence_units(e.candidate.chunk.text)
+            if len(units) == len(v):
+                claims.update((claim_key(u), vec) for u, vec in zip(units, v, strict=True))
+
+    def support(claim: str, passage: str) -> float:
+        lexical = lexical_support(claim, passage)
+        units = vectors.get(passage)
+        if units is None:
+            return lexical
+        key = claim_key(claim)
+        if key not in claims:
+            quoted = claims.get(shown_sentence(key))
+            claims[key] = quoted if quoted is not None else scoring.queries.vector(claim)
+        return 0.5 * lexical + 0.5 * max(0.0, float(np.max(units @ claims[key])))
+
+    return support
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Citations:
+    """Is each [n] valid, and does its passage support the sentence? With ``repair`` a model's [n] that points
+    next to the passage it used is re-pointed, never invented."""
+
+    name = "citations"
+
+    def __init__(self, scoring: Scoring, *, repair: bool) -> None:
+        self.scoring, self.repair = scoring, repair
+
+    def run(self, state: State) -> State:
+        answer, evidence = state.answer, state.evidence
+        with state.recorder.stage(self.name) as d:
+            support = support_scorer(self.scoring, evidence)
+            if state.model_answer and self.repair:
+                answer, repairs = repair_citations(answer, evidence, support=support)
+                if repairs:
+                    d.update(repairs=repairs, model_answer=state.generated.text)
+            citations = check_citations(answer, evidence, support=support)
+            d.update(
+                total=len(citations),
+                invalid=sum(not c.valid for c in citations),
+                unsupported=sum(not c.supported for c in citations),
+            )
+        return replace(state, answer=answer, support=support, citations=citations)

@@ -23,16 +23,29 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from rag.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
-from rag.sentences import sentence_units
-from rag.stages.citations import claim_key, is_sources_line, lexical_support, parse_citations
+from rag.config import Settings
+from rag.errors import GenerationError
+from rag.models.sentences import sentence_units
+from rag.protocols import LLM
+from rag.request import State
+from rag.stages.citations import (
+    check_citations,
+    claim_key,
+    is_sources_line,
+    lexical_support,
+    parse_citations,
+    repair_citations,
+)
+from rag.stages.extractive import shown_sentence
+from rag.stages.generate import Extractive, Generate
+from rag.stages.shared import Scoring
 from rag.text import bm25_tokens, normalize
-from rag.types import Evidence
+from rag.text.lexicon import CARDINALS, MODALS, MONTHS, NEGATIONS
+from rag.types import Claim, ClaimCheck, Evidence, Excerpt, Verdict
 
-Verdict = Literal["supported", "unsupported", "contradicted", "uncited"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "unsupported", "contradicted", "uncited")
 
 # (claim, passage sentences) -> cosine of the claim with each sentence, in order. None: lexical only.
@@ -42,47 +55,6 @@ SUPPORT_THRESHOLD = 0.35  # the citation check's support threshold (passage-leve
 MATCH_THRESHOLD = (
     0.45  # a sentence this similar to a claim is about the same thing: a conflict with it counts (tune split)
 )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One checkable statement of an answer."""
-
-    index: int
-    sentence: str  # as the model wrote it, markers included
-    text: str  # without markers, list bullets or an 'Answer:' prefix
-    cited: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ClaimCheck:
-    """The verdict on one claim and what it rests on."""
-
-    claim: Claim
-    verdict: Verdict
-    n: int | None  # the passage the verdict rests on (the supporting or contradicting one)
-    chunk_id: str | None
-    evidence_sentence: str | None  # the passage sentence the claim was compared with
-    score: float  # support score of passage n
-    reason: str
-    conflicts: tuple[str, ...] = ()
-    attributed: bool = False  # an uncited claim given the passage that supports it
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "index": self.claim.index,
-            "text": self.claim.text,
-            "sentence": self.claim.sentence,
-            "cited": list(self.claim.cited),
-            "verdict": self.verdict,
-            "n": self.n,
-            "chunk_id": self.chunk_id,
-            "evidence_sentence": self.evidence_sentence,
-            "score": round(float(self.score), 4),
-            "reason": self.reason,
-            "conflicts": list(self.conflicts),
-            "attributed": self.attributed,
-        }
 
 
 # ------------------------------------------------------------------------------------------ splitting
@@ -712,3 +684,131 @@ def fallback_notice(failures: Sequence[ClaimCheck]) -> str:
         f"{f' ({worst.reason})' if contradicted else ''}, also after one repair. "
         "The sentences above are quoted from the evidence instead."
     )
+
+
+def claim_cosine(
+    scoring: Scoring, evidence: Sequence[Evidence]
+) -> Callable[[str, Sequence[str]], list[float]]:
+    """Cosines between a claim and passage sentences, from the sentence vectors stored at ingestion (a claim
+    that quotes an evidence sentence reuses its vector; other claims are embedded once each)."""
+    known = scoring.stored_sentence_vectors(evidence)
+    by_key = {claim_key(u): v for u, v in known.items()}
+
+    def cosine(claim: str, sentences: Sequence[str]) -> list[float]:
+        missing = [x for x in dict.fromkeys(sentences) if x not in known]
+        if missing:
+            known.update(zip(missing, scoring.embed(missing), strict=True))
+        key = claim_key(claim)
+        vector = by_key.get(key)
+        if vector is None:
+            vector = by_key.get(shown_sentence(key))
+        if vector is None:
+            vector = scoring.queries.vector(claim)
+        return [float(known[x] @ vector) for x in sentences]
+
+    return cosine
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Claims:
+    """Every claim, cited or not, against the evidence sentence that best matches it."""
+
+    name = "claims"
+
+    def __init__(self, settings: Settings, scoring: Scoring, extractive: Extractive) -> None:
+        self.settings, self.scoring, self.extractive = settings, scoring, extractive
+
+    def run(self, state: State) -> State:
+        assert state.support is not None, "the citations stage scores support before the claims are checked"
+        answer, citations = state.answer, state.citations
+        with state.recorder.stage(self.name) as d:
+            checked, claims, verification, excerpts = self.verify(
+                state, state.llm if state.model_answer else None
+            )
+            if checked != answer:
+                answer = checked
+                citations = check_citations(checked, state.evidence, support=state.support)
+            d.update(verification)
+        return replace(
+            state,
+            answer=answer,
+            citations=citations,
+            claims=claims,
+            excerpts=excerpts,
+            verification={key: v for key, v in verification.items() if key != "claims"},
+        )
+
+    def verify(
+        self, state: State, llm: LLM | None
+    ) -> tuple[str, list[ClaimCheck], dict[str, Any], tuple[Excerpt, ...]]:
+        """Check every claim of the answer. With ``llm`` (an LLM answer): uncited claims a passage holds get
+        its marker, and an answer with a failed claim gets one repair call naming the failed claims; if the
+        repair fails too, the answer is the extractive one with a notice saying why. Returns the answer, the
+        verdicts, the trace record (the model's text, every verdict, the repair) and the excerpts the answer
+        shows (the extractive fallback's)."""
+        evidence, answer, repair_on = state.evidence, state.answer, self.settings.citation_repair
+        support: Callable[[str, str], float] | None = state.support
+        assert support is not None
+        if state.abstained or not evidence:
+            return answer, [], {"checked": False, "reason": "abstained: no claim to check"}, state.excerpts
+        notice = state.notice
+        body = answer[: -len(notice)] if notice and answer.endswith(notice) else answer
+        cosine = claim_cosine(self.scoring, evidence)
+        checks = check_claims(body, evidence, support=support, cosine=cosine)
+        record: dict[str, Any] = {
+            "model_answer": body,
+            "claims": [c.to_json() for c in checks],
+            "verdicts": summary(checks),
+        }
+        if llm is not None and repair_on:
+            marked, added = add_missing_markers(body, checks)
+            if added:  # a claim the model left unmarked gets the passage that holds it
+                body, checks = marked, check_claims(marked, evidence, support=support, cosine=cosine)
+                record["markers_added"] = added
+        if llm is None or not failed(checks):
+            record["verified"] = verified(checks)
+            return body + notice, checks, record, state.excerpts
+        from rag.stages.generate import repair_claims
+
+        assert state.prompt is not None
+        bad = failed(checks)
+        repair: dict[str, Any] = {
+            "failed": [{"text": c.claim.text, "verdict": c.verdict, "reason": c.reason} for c in bad]
+        }
+        record["repair"] = repair
+        try:
+            repaired = repair_claims(state.prompt, evidence, body, bad, llm, self.settings)
+            text = repaired.text
+            repair["model_answer"] = text
+            if repair_on:
+                text, moved = repair_citations(text, evidence, support=support)
+                again = check_claims(text, evidence, support=support, cosine=cosine)
+                text, added = add_missing_markers(text, again)
+                if moved or added:
+                    again = check_claims(text, evidence, support=support, cosine=cosine)
+                    repair.update(citation_repairs=moved, markers_added=added)
+            else:
+                again = check_claims(text, evidence, support=support, cosine=cosine)
+            repair.update(
+                claims=[c.to_json() for c in again], verdicts=summary(again), verified=verified(again)
+            )
+        except GenerationError as exc:
+            again, repair["error"] = [], str(exc)
+        if again and verified(again):
+            record.update(repaired=True, verified=True)
+            return text + notice, again, record, state.excerpts
+        # Neither answer holds: quote the evidence, and say why the model's answer is not shown.
+        why = fallback_notice(failed(again) or bad)
+        quoted = self.extractive.of(state)
+        fallback, notice = quoted.text, Generate.notice_for(state, quoted)
+        final = check_claims(fallback, evidence, support=support, cosine=cosine)
+        record.update(
+            repaired=False,
+            fallback="extractive",
+            notice=why,
+            verified=verified(final),
+            fallback_claims=[c.to_json() for c in final],
+        )
+        return f"{fallback}\n\n{why}{notice}", final, record, quoted.excerpts

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from rag.errors import GenerationError
+from rag.request import State
+from rag.stages.claims import verified
 from rag.text import collapse_ws, count_tokens
 from rag.types import Completes, Prompt
 
@@ -105,3 +108,38 @@ def ask_parts(
         {"index": c["index"], **ask_part(c)} for c in report.get("intents") or [] if not c.get("supported")
     ]
     return apply_verdicts(report, {int(a["index"]): a["confirmed"] for a in asked}), asked
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Confirm:
+    """With an LLM in use: each part of the question whose quote the reader does not vouch for is put to the
+    LLM (rag/stages/confirm.py), and its yes counts as the reader's. Asked only when its word could grant the
+    badge: every citation valid, every claim supported, every part addressed, and each unvouched quote's reader
+    probability at or above ``bar`` (None: the reader's answer bar)."""
+
+    name = "confirm"
+
+    def __init__(self, *, enabled: bool, bar: float | None) -> None:
+        self.enabled, self.bar = enabled, bar
+
+    def run(self, state: State) -> State:
+        llm, reading = state.llm, state.reading
+        if not self.enabled or llm is None or reading is None or state.abstained:
+            return state
+        citations_hold = bool(state.citations) and all(c.valid and c.supported for c in state.citations)
+        bar = reading.answer_bar if self.bar is None else self.bar
+        headings = {collapse_ws(s.text): s.heading for s in reading.sentences}
+
+        def ask_part(check: Mapping[str, Any]) -> dict[str, Any]:
+            quote = str(check["quote"])
+            return ask(llm, str(check["text"]), quote, section=headings.get(collapse_ws(quote), ""))
+
+        in_reach = citations_hold and verified(state.claims)
+        if not worth_asking(state.answer_check, badge_in_reach=in_reach, bar=bar):
+            return state
+        with state.recorder.stage(self.name) as d:
+            answer_check, asked = ask_parts(state.answer_check, ask_part)
+            d.update(model=llm.model, bar=bar, asked=asked, complete=answer_check["complete"])
+        return replace(state, answer_check=answer_check)

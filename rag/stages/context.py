@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
+from rag.request import State
+from rag.stages.shared import Models
 from rag.types import Candidate
 
 STAGE = "context"
@@ -75,3 +78,37 @@ def rank_by_section_context(
         return list(ranked)
     order = sorted(range(len(ranked)), key=lambda i: (-scores[i], i))
     return [ranked[i] for i in order]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class SectionContext:
+    """The budget's fill order only, raised by the passages' section neighbours: the ranking (candidates,
+    SciFact's nDCG) stays the reranker's. Runs when the weight is set and the scores read as probabilities
+    (every reranker but "none", whose scores are RRF scores)."""
+
+    name = "context"
+
+    def __init__(self, models: Models, *, weight: float, window: int | None) -> None:
+        self.models, self.weight, self.window = models, weight, window
+
+    def run(self, state: State) -> State:
+        from rag.models.rerankers import NoReranker
+
+        kept = state.kept
+        if not (self.weight and kept and not isinstance(self.models.reranker, NoReranker)):
+            return state
+        with state.recorder.stage(self.name) as d:
+            fill_order = rank_by_section_context(kept, weight=self.weight, window=self.window)
+            before = {c.chunk_id: rank for rank, c in enumerate(kept, start=1)}
+            d.update(
+                weight=self.weight,
+                window=self.window,
+                raised=[
+                    {"chunk_id": c.chunk_id, "from": before[c.chunk_id], "to": rank}
+                    for rank, c in enumerate(fill_order, start=1)
+                    if before[c.chunk_id] > rank
+                ],
+            )
+        return replace(state, fill_order=fill_order)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from scipy import sparse
 
+from rag.request import State
 from rag.text import normalize
 from rag.types import Candidate, Dropped
 
@@ -108,3 +110,19 @@ def _shared_counts(keys: Sequence[np.ndarray]) -> np.ndarray:
     _, cols = np.unique(flat, return_inverse=True)
     m = sparse.csr_matrix((np.ones(len(flat)), (rows, cols.ravel())), shape=(n, int(cols.max()) + 1))
     return np.asarray((m @ m.T).todense())
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Dedup:
+    name = "dedup"
+
+    def __init__(self, *, threshold: float) -> None:
+        self.threshold = threshold
+
+    def run(self, state: State) -> State:
+        with state.recorder.stage(self.name) as d:
+            kept, drops = remove_near_duplicates(state.ranked, threshold=self.threshold)
+            d["dropped"] = len(drops)
+        return replace(state, kept=kept, fill_order=kept, dropped=[*state.dropped, *drops])

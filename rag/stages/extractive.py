@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from rag.lexicon import READER_CARDINALS
-from rag.sentences import chunk_heading, heading_parts
+from rag.models.dependency import DependencyModel
+from rag.models.sentences import chunk_heading, heading_parts
 from rag.stages.abstention import quote_user_text
-from rag.stages.excerpts import DependencyModel
 from rag.text import bm25_tokens, collapse_ws, split_sentences
-from rag.types import Chunk, Evidence, Excerpt, Generated, Intent
+from rag.text.lexicon import READER_CARDINALS
+from rag.types import Chunk, Evidence, EvidenceSentence, Excerpt, Generated, Intent
 
 MODEL = "extractive"
 NO_ANSWER = "The provided evidence does not answer this question."
@@ -42,24 +42,6 @@ _ASKS_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _HAS_NUMBER = re.compile(rf"\d|\b(?:{'|'.join(READER_CARDINALS)})\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class EvidenceSentence:
-    """A sentence of the final evidence that an answer may quote, with what the reader reads it in."""
-
-    text: str
-    n: int  # the passage it came from
-    tokens: frozenset[str]
-    table: int | None = None  # rows of one table share a number: one row answers, the others are near-copies
-    row: str = ""  # a table row's own text (``text`` is the row read with the table's first line)
-    asks: bool = False  # a question ("Does the budget roll over?"): an FAQ's answer is the sentence after it
-    position: int = 0  # its place among its passage's quotable sentences (0: the first)
-    before: str = ""  # the passage's sentence before it, heading or not ("" for the first): its context
-    heading: str = ""  # its passage's title and section path
-    after_heading: bool = False  # ``before`` is a heading: the first sentence under it
-    section: str = ""  # the nearest heading above it in its passage ("" when the passage opens without one)
-    span: tuple[int, int] = (0, 0)  # where it lies in its passage's text (a table row: the whole table)
 
 
 def looks_like_injection(sentence: str) -> bool:
@@ -368,7 +350,7 @@ def extractive_answer(
 ) -> Generated:
     """Quote, for each intent (in intent order), an excerpt of the passage holding its best evidence sentence, under
     the passage's heading and followed by its [n]: the sentence with the sentences its meaning depends on
-    (``dependency``, ``rag.stages.excerpts``; without one, the sentence alone).
+    (``dependency``, ``rag.models.dependency``; without one, the sentence alone).
 
     Up to ``max_sentences`` chosen sentences in total: after one per intent, near-ties of an intent's best sentence
     may follow it. ``score(query, sentences)`` returns one score per sentence. An intent with nothing above

@@ -9,9 +9,11 @@ at a conjunction between noun phrases or verbs ("salt and pepper", "read and sig
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from rag.lexicon import AUXILIARIES, BE, WH_WORDS
+from rag.request import State
 from rag.text import bm25_tokens, normalize
+from rag.text.lexicon import AUXILIARIES, BE, WH_WORDS
 from rag.types import Intent
 
 
@@ -152,3 +154,22 @@ def split_intents(question: str) -> list[Intent]:
     if not unique:
         unique = [question.strip()]
     return [Intent(i, text) for i, text in enumerate(unique)]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class Intents:
+    """The parts of a compound question (``split=False``: the question is one intent; ablate=intents)."""
+
+    name = "intents"
+
+    def __init__(self, *, split: bool = True) -> None:
+        self.split = split
+
+    def run(self, state: State) -> State:
+        text = state.question.text
+        with state.recorder.stage(self.name) as d:
+            intents = split_intents(text) if self.split else [Intent(0, text)]
+            d["intents"] = [i.text for i in intents]
+        return replace(state, intents=intents)

@@ -5,18 +5,18 @@ filter is a required argument: there is no unfiltered search). Some backends als
 fusion in one round trip (``HybridSearch``, Qdrant's Query API); the reader asks the stores for the legs and
 never which backend holds them. Implementations:
 
-- ``rag.stores.memory``: in-process BM25 (``rag.lexical``) and the dense matrix of an embedded generation,
+- ``rag.stores.memory``: in-process BM25 (``rag.stores.bm25``) and the dense matrix of an embedded generation,
   filtered with numpy masks; ``Bm25Writer`` writes the BM25 files of every generation.
 - ``rag.stores.qdrant``: the Qdrant point layout (dense vector, sparse BM25 vector, payload) and its searches,
   the same calls against embedded Qdrant or a server; ``EmbeddedQdrantWriter`` writes an embedded generation.
-- ``rag.qdrant_server``: ``ServerIndexWriter`` (blue/green collections) and the server's store backend.
+- ``rag.stores.qdrant_server``: ``ServerIndexWriter`` (blue/green collections) and the server's store backend.
 
 ``tests/stores/`` holds the contract suite every implementation passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from rag.types import Candidate, Chunk, SearchFilter
+from rag.types import Chunk, SearchFilter
 
 Hit = tuple[str, float]  # (chunk_id, score), best first
 
@@ -75,16 +75,21 @@ class VectorStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class LegsQuery:
+    """One query of both legs: its BM25 tokens and vector, the asker's filter (required: there is no unfiltered
+    search), how many hits each leg returns, and RRF's k for a store that fuses them itself."""
+
+    tokens: Sequence[str]
+    vector: np.ndarray
+    filt: SearchFilter
+    n_lexical: int
+    n_dense: int
+    rrf_k: int
+
+
 class HybridSearch(Protocol):
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         """Both legs and their fusion in one call (``fused`` is None only when a leg is asked for no hits)."""
         ...
 
@@ -99,69 +104,23 @@ class Stores:
     hybrid: HybridSearch | None = None
     close: Callable[[], None] = lambda: None
 
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        *,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         if self.hybrid is not None:
-            return self.hybrid.search(tokens, vector, filt, n_lexical, n_dense, rrf_k)
-        return Legs(
-            self.lexical.search(tokens, filt, n_lexical), self.dense.search(vector, filt, n_dense), None
-        )
+            return self.hybrid.search(query)
+        return separate_legs(self.lexical, self.dense, query)
 
 
-def fused_candidates(
-    lexical: Sequence[Hit],
-    dense: Sequence[Hit],
-    fused: Sequence[Hit],
-    chunks: Mapping[str, Chunk],
-    *,
-    intent: int = 0,
-) -> list[Candidate]:
-    """Candidates in a store's fused order, each keeping both legs' ranks and scores for the trace.
-
-    The twin of ``rrf_fuse`` for fusion that ran inside the store. Hits whose chunk is missing from ``chunks`` are
-    skipped; the others keep their original ranks.
-    """
-    lex: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(lexical, start=1):
-        lex.setdefault(cid, (rank, score))
-    den: dict[str, tuple[int, float]] = {}
-    for rank, (cid, score) in enumerate(dense, start=1):
-        den.setdefault(cid, (rank, score))
-    out: list[Candidate] = []
-    seen: set[str] = set()
-    for cid, score in fused:
-        chunk = chunks.get(cid)
-        if chunk is None or cid in seen:
-            continue
-        seen.add(cid)
-        bm25_rank, bm25_score = lex.get(cid, (None, None))
-        dense_rank, dense_score = den.get(cid, (None, None))
-        out.append(
-            Candidate(
-                chunk=chunk,
-                bm25_rank=bm25_rank,
-                bm25_score=bm25_score,
-                dense_rank=dense_rank,
-                dense_score=dense_score,
-                fused_score=float(score),
-                fused_rank=len(out) + 1,
-                intents=(intent,),
-            )
-        )
-    return out
+def separate_legs(lexical: LexicalIndex, dense: VectorStore, query: LegsQuery) -> Legs:
+    """Each leg from its own store, unfused (the caller fuses)."""
+    q = query
+    return Legs(
+        lexical.search(q.tokens, q.filt, q.n_lexical), dense.search(q.vector, q.filt, q.n_dense), None
+    )
 
 
 # ----------------------------------------------------------------------------- writing
 class PublishedGeneration(Protocol):
-    """What a writer needs to know about the published generation (``rag.index.Manifest`` is one)."""
+    """What a writer needs to know about the published generation (``rag.stores.index.Manifest`` is one)."""
 
     @property
     def generation(self) -> str: ...
@@ -190,7 +149,7 @@ class GenerationBuild:
 
 class IndexWriter(Protocol):
     """Writes one store's part of a generation. Ingestion writes every part into the staging folder, publishes
-    the folder (``rag.index.publish``), then publishes each part; readers follow ``CURRENT``."""
+    the folder (``rag.stores.index.publish``), then publishes each part; readers follow ``CURRENT``."""
 
     def is_stale(self, published: PublishedGeneration) -> bool:
         """True when this part of the published generation must be rebuilt even though no document changed."""
@@ -219,5 +178,4 @@ __all__ = [
     "VectorStore",
     "chunk_from_dict",
     "chunk_to_dict",
-    "fused_candidates",
 ]

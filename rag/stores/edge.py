@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from rag.errors import IndexUnavailableError, IngestError, RetrievalError
-from rag.lexical import average_length
-from rag.stores import GenerationBuild, Hit, Legs, PublishedGeneration
+from rag.stores import GenerationBuild, Hit, Legs, LegsQuery, PublishedGeneration, separate_legs
+from rag.stores.bm25 import average_length
 from rag.stores.qdrant import (
     DENSE,
     NO_TAGS,
@@ -200,26 +200,17 @@ class EdgeHybrid:
     def __init__(self, shard: Any) -> None:
         self.shard = shard
 
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
+    def search(self, query: LegsQuery) -> Legs:
         import qdrant_edge as qe
 
-        sparse = _sparse(tokens)
+        filt, n_lexical, n_dense = query.filt, query.n_lexical, query.n_dense
+        sparse = _sparse(query.tokens)
         if sparse is None or n_lexical <= 0 or n_dense <= 0:  # one leg alone: the caller fuses
-            return Legs(
-                EdgeLexical(self.shard).search(tokens, filt, n_lexical),
-                EdgeVectors(self.shard).search(vector, filt, n_dense),
-                None,
-            )
-        dense, flt = _dense(vector), edge_filter(filt)
-        fusion: Any = qe.Fusion.Rrf(k=qdrant_rrf_k(rrf_k))  # the stubs type Rrf apart from the Fusion it is
+            return separate_legs(EdgeLexical(self.shard), EdgeVectors(self.shard), query)
+        dense, flt = _dense(query.vector), edge_filter(filt)
+        fusion: Any = qe.Fusion.Rrf(
+            k=qdrant_rrf_k(query.rrf_k)
+        )  # the stubs type Rrf apart from the Fusion it is
         requests = [
             _leg(self.shard, sparse, SPARSE, filt, n_lexical),
             _leg(self.shard, dense, DENSE, filt, n_dense),

@@ -1,4 +1,4 @@
-"""In-process stores over a generation's files: BM25 (``rag.lexical``) and the dense matrix, filtered with numpy.
+"""In-process stores over a generation's files: BM25 (``rag.stores.bm25``) and the dense matrix, filtered with numpy.
 
 The filter columns (``FilterArrays``) are the numpy twin of ``rag.stores.qdrant.qdrant_filter``: both legs
 apply the principal's groups, the validity dates and the tags before ranking, like Qdrant does.
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from rag.lexical import BM25Index
 from rag.stores import GenerationBuild, Hit, PublishedGeneration
+from rag.stores.bm25 import BM25Index
 from rag.stores.qdrant import NO_TAGS
 from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
 

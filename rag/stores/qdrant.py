@@ -2,7 +2,7 @@
 
 Every chunk is one point (id derived from its chunk id) carrying a dense vector ``dense``, a sparse vector
 ``bm25`` and the chunk as payload, with the filter fields ``effective_ord``/``expires_ord``/``tags_f``. These calls
-run against a server (``rag.qdrant_server``) and against the embedded qdrant-client store (a ``qdrant/`` folder)
+run against a server (``rag.stores.qdrant_server``) and against the embedded qdrant-client store (a ``qdrant/`` folder)
 that generations of the previous release carry, which readers still serve; embedded generations are now
 written for Qdrant Edge (``rag.stores.edge``, the same layout and searches in the engine's own types).
 
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from rag.errors import IndexUnavailableError, RetrievalError
-from rag.lexical import K1, B
-from rag.stores import Hit, Legs, chunk_to_dict
+from rag.stores import Hit, Legs, LegsQuery, chunk_to_dict, separate_legs
+from rag.stores.bm25 import K1, B
 from rag.types import FAR_FUTURE, FAR_PAST, Chunk, SearchFilter
 
 COLLECTION = "chunks"  # the collection inside a generation's ``qdrant/`` folder (the previous release)
@@ -223,15 +223,14 @@ def dense_search(client: Any, collection: str, vector: np.ndarray, filt: SearchF
     return _leg(client, collection, query, DENSE, filt, n, "Dense search")
 
 
-def hybrid_requests(
-    tokens: Sequence[str], vector: np.ndarray, filt: SearchFilter, n_lexical: int, n_dense: int, rrf_k: int
-) -> tuple[list[Any], bool]:
+def hybrid_requests(query: LegsQuery) -> tuple[list[Any], bool]:
     """The batch: [sparse leg,] dense leg, and their RRF fusion; the bool says whether a sparse leg is present."""
     from qdrant_client import models
 
-    qfilter = qdrant_filter(filt)
-    dense_q = np.asarray(vector, dtype=np.float32).tolist()
-    sparse_q = sparse_query(tokens)
+    n_lexical, n_dense = query.n_lexical, query.n_dense
+    qfilter = qdrant_filter(query.filt)
+    dense_q = np.asarray(query.vector, dtype=np.float32).tolist()
+    sparse_q = sparse_query(query.tokens)
     legs = [models.Prefetch(query=dense_q, using=DENSE, filter=qfilter, limit=n_dense)]
     requests = [
         models.QueryRequest(
@@ -249,7 +248,7 @@ def hybrid_requests(
     requests.append(
         models.QueryRequest(
             prefetch=legs,
-            query=models.RrfQuery(rrf=models.Rrf(k=qdrant_rrf_k(rrf_k))),
+            query=models.RrfQuery(rrf=models.Rrf(k=qdrant_rrf_k(query.rrf_k))),
             filter=qfilter,
             limit=n_lexical + n_dense,  # the union of the legs: fusion drops nothing
             with_payload=["chunk_id"],
@@ -258,18 +257,9 @@ def hybrid_requests(
     return requests, sparse_q is not None
 
 
-def hybrid_search(
-    client: Any,
-    collection: str,
-    tokens: Sequence[str],
-    vector: np.ndarray,
-    filt: SearchFilter,
-    n_lexical: int,
-    n_dense: int,
-    rrf_k: int,
-) -> tuple[list[Hit], list[Hit], list[Hit]]:
+def hybrid_search(client: Any, collection: str, query: LegsQuery) -> tuple[list[Hit], list[Hit], list[Hit]]:
     """(lexical hits, dense hits, fused hits) from one ``query_batch_points`` round trip."""
-    requests, has_sparse = hybrid_requests(tokens, vector, filt, n_lexical, n_dense, rrf_k)
+    requests, has_sparse = hybrid_requests(query)
     try:
         responses = client.query_batch_points(collection, requests=requests)
     except Exception as exc:
@@ -306,26 +296,14 @@ class QdrantHybrid:
     def __init__(self, client: Any, collection: str) -> None:
         self.client, self.collection = client, collection
 
-    def search(
-        self,
-        tokens: Sequence[str],
-        vector: np.ndarray,
-        filt: SearchFilter,
-        n_lexical: int,
-        n_dense: int,
-        rrf_k: int,
-    ) -> Legs:
-        if (
-            n_lexical <= 0 or n_dense <= 0
-        ):  # Qdrant takes no zero limit: the other leg alone, fused by the caller
-            return Legs(
-                lexical_search(self.client, self.collection, tokens, filt, n_lexical),
-                dense_search(self.client, self.collection, vector, filt, n_dense),
-                None,
+    def search(self, query: LegsQuery) -> Legs:
+        if query.n_lexical <= 0 or query.n_dense <= 0:  # Qdrant takes no zero limit: the caller fuses
+            return separate_legs(
+                QdrantLexical(self.client, self.collection),
+                QdrantVectors(self.client, self.collection),
+                query,
             )
-        return Legs(
-            *hybrid_search(self.client, self.collection, tokens, vector, filt, n_lexical, n_dense, rrf_k)
-        )
+        return Legs(*hybrid_search(self.client, self.collection, query))
 
 
 # ----------------------------------------------------------------------------- generations of the previous release

@@ -4,7 +4,7 @@ PostgreSQL.
 store = TraceStore.from_settings(settings)     # schema made by `rag db upgrade`, never implicitly
 trace_id = store.traces.save(trace)            # the `rag ask --json` dict
 assert store.traces.get(trace_id) == trace
-typed = store.traces.read(trace_id)            # a rag.trace_schema.Trace, or TraceSchemaError
+typed = store.traces.read(trace_id)            # a rag.traces.schema.Trace, or TraceSchemaError
 rows = store.traces.list(TraceFilter(user="alice", abstained=True), limit=20)
 """
 

@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rag import trace_schema as ts
 from rag.config import Settings, load_settings
 from rag.errors import RagError
+from rag.traces import schema as ts
 from rag.tracestore import db
 from rag.tracestore.errors import TraceNotFound
 from rag.tracestore.filters import TraceFilter
@@ -230,7 +230,7 @@ def traces_show(
 ) -> None:
     """One answer's trace: question, answer, final order, citations, drops, timings."""
     with _user_errors(), _store(data_dir) as store:
-        trace = store.traces.read(trace_id)  # checked against the trace schema (rag/trace_schema.py)
+        trace = store.traces.read(trace_id)  # checked against the trace schema (rag/traces/schema.py)
     if as_json:
         typer.echo(json.dumps(trace.to_json(), ensure_ascii=False, indent=2))
         return

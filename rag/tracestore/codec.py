@@ -1,6 +1,6 @@
 """Encoding a trace dict into table rows, and decoding the rows back into the dict.
 
-Which keys go to which columns is derived from the trace schema (rag/trace_schema.py) and the table models
+Which keys go to which columns is derived from the trace schema (rag/traces/schema.py) and the table models
 (rag/tracestore/models.py), never restated here. Nothing is lost:
 
 * unknown top-level keys, and known keys whose value does not fit their column or table, go to
@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeGuard
 from pydantic import BaseModel
 from sqlalchemy import JSON, Boolean, Column, Float, Integer, String, Table
 
-from rag import trace_schema as ts
+from rag.traces import schema as ts
 from rag.tracestore import models as m
 from rag.tracestore.errors import InvalidTrace
 
@@ -35,7 +35,7 @@ _INT32 = 2**31
 
 # --------------------------------------------------------------------------------------------------------------
 # Field maps: dict key -> column, and what the column can hold. The keys come from the trace schema
-# (rag/trace_schema.py), the kinds from the columns (rag/tracestore/models.py): neither is restated here.
+# (rag/traces/schema.py), the kinds from the columns (rag/tracestore/models.py): neither is restated here.
 
 
 Kind = Literal["str", "id", "int", "float", "bool", "json"]

@@ -64,10 +64,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 # Python None is SQL NULL, not the JSON literal 'null'.
 Json = JSON(none_as_null=True)
 
@@ -390,20 +386,3 @@ class ApiKey(Base):
     last_used_at: Mapped[datetime | None]
 
     __table_args__ = (Index("ix_api_keys_user", "user"),)
-
-
-TRACE_TABLES = (
-    Answer,
-    AnswerDocument,
-    Stage,
-    Timing,
-    TraceIntent,
-    TraceCandidate,
-    TraceEvidence,
-    TraceDropped,
-    TraceBundle,
-    BundleMember,
-    Prompt,
-    Citation,
-    Feedback,
-)

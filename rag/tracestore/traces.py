@@ -3,8 +3,8 @@
 ``save`` takes the dict the query path produces (the ``rag ask --json`` shape) and stores it normalised
 (rag/tracestore/codec.py says how); ``get`` gives it back equal to what was written (after a JSON round trip:
 tuples come back as lists, ints stored in float columns as floats) and raises :class:`TraceNotFound` for an
-unknown id. ``read`` is ``get`` checked against the trace schema: the typed :class:`rag.trace_schema.Trace`, or
-:class:`rag.trace_schema.TraceSchemaError`. ``list``, ``count`` and ``export`` take one :class:`TraceFilter`.
+unknown id. ``read`` is ``get`` checked against the trace schema: the typed :class:`rag.traces.schema.Trace`, or
+:class:`rag.traces.schema.TraceSchemaError`. ``list``, ``count`` and ``export`` take one :class:`TraceFilter`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from rag import trace_schema as ts
 from rag.errors import StorageError
+from rag.traces import schema as ts
 from rag.tracestore import models as m
 from rag.tracestore.codec import CHUNK_FIELDS, Trace, decode_trace, encode_trace
 from rag.tracestore.db import Database, iso
@@ -81,10 +81,10 @@ class Traces:
         return traces[trace_id]
 
     def read(self, trace_id: str) -> ts.Trace:
-        """The trace checked against the trace schema (rag/trace_schema.py): what `rag traces show` and the
+        """The trace checked against the trace schema (rag/traces/schema.py): what `rag traces show` and the
         UI's trace explorer read. Keys added to the schema after the trace was stored get their defaults; a
         trace that does not match (an unknown key, a value of the wrong type) raises
-        :class:`rag.trace_schema.TraceSchemaError` saying where. Raises TraceNotFound for an unknown id."""
+        :class:`rag.traces.schema.TraceSchemaError` saying where. Raises TraceNotFound for an unknown id."""
         return ts.parse_trace(self.get(trace_id))
 
     def list(

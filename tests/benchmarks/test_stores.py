@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import scaling
-from rag.index import EmbeddedBackend, IndexReader
+from rag.stores.index import EmbeddedBackend, IndexReader
 from rag.types import Principal, SearchFilter
 
 

@@ -83,7 +83,7 @@ def test_near_miss_pairs_ask_after_an_answerable_question_what_the_corpus_does_n
 @pytest.mark.slow
 def test_sample_gold_quotes_are_in_the_ingested_sample_pdfs(sample_data_dir: Path) -> None:
     """Every quote of the sample pairs is findable by the grader in one passage of the file (and page) it names."""
-    from rag.index import current_generation, generation_dir, load_chunks
+    from rag.stores.index import current_generation, generation_dir, load_chunks
 
     generation = current_generation(sample_data_dir)
     assert generation is not None

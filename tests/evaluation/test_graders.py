@@ -302,7 +302,7 @@ def test_a_note_that_denies_what_the_answer_quotes_is_counted() -> None:
 
 def test_a_withheld_badge_is_not_a_partial_answer() -> None:
     from evaluation.graders import answer_text_faults
-    from rag.status import answer_status
+    from rag.traces.status import answer_status
 
     one = ["What should I do if I lose my company laptop?"]
     trace = answer("Report a lost laptop to the IT Service Desk. [1]", intents=one, addressed=[True])

@@ -15,7 +15,7 @@ from evaluation.qa import run_qa
 from evaluation.splits import split_ids
 from evaluation.suite import Paths
 from rag.config import load_settings
-from rag.llm import LLMClient
+from rag.llm.client import LLMClient
 from rag.pipeline import Pipeline, PipelineOptions
 from tests.llm.fake_openai import FakeOpenAI, Reply
 

@@ -45,7 +45,7 @@ def test_haystack_is_not_a_dependency_of_the_app() -> None:
 
 
 def _tiny_scifact(root: Path) -> None:
-    from evaluation.rerank_train import heldout
+    from evaluation.opendata import heldout
 
     docs = {
         "d1": (

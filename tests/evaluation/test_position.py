@@ -27,8 +27,8 @@ from evaluation.position import (
     spacing_positions,
 )
 from rag.errors import ConfigurationError
-from rag.stages.packing import STRATEGIES
-from rag.sweeps import compile_curve, load_sweep, save_sweep, sweep_figure
+from rag.stages.pack import STRATEGIES
+from rag.traces.sweeps import compile_curve, load_sweep, save_sweep, sweep_figure
 
 CURVE = "0.60 + 0.35 * (2*d - 1)**2"
 

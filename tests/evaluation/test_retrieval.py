@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evaluation import retrieval
+from evaluation.metrics import ndcg_at, recall_at
 from evaluation.retrieval import load_qrels
-from rag.metrics import ndcg_at, recall_at
 from tests.beir_corpus import QRELS, write_beir
 
 

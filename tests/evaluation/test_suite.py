@@ -50,7 +50,7 @@ def test_committed_splits_match_the_seed() -> None:
 
 
 def test_scifact_test_half_is_the_rerankers_held_out_half() -> None:
-    from evaluation.rerank_train import heldout
+    from evaluation.opendata import heldout
 
     test = split_ids("scifact", "test")
     assert test and all(heldout(q) for q in test)

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 import ingest.indexer as indexer
 from ingest.indexer import ingest
 from rag.config import load_settings
-from rag.index import IndexReader, current_generation, generation_dir, index_root, load_chunks
-from rag.qdrant_server import open_index_reader, open_index_writers
-from rag.stores import GenerationBuild, PublishedGeneration
+from rag.stores import GenerationBuild, LegsQuery, PublishedGeneration
+from rag.stores.index import IndexReader, current_generation, generation_dir, index_root, load_chunks
+from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 from supportbot.cli import app
@@ -72,7 +72,7 @@ def test_an_index_without_reading_vectors_gets_them_on_the_next_ingest(
     evidence by embedding it at query time with a notice; the next ingest adds the vectors, embedding nothing
     else."""
     from rag.models.reading import identity
-    from rag.sentences import READING_FILE, READING_VECTORS_FILE, SentenceStore, reading_model_of
+    from rag.models.sentences import READING_FILE, READING_VECTORS_FILE, SentenceStore, reading_model_of
 
     docs, data = tmp_path / "docs", tmp_path / "data"
     write_docs(docs)
@@ -203,7 +203,7 @@ def test_changed_file_replaces_its_chunks_and_old_text_stays_resolvable(tmp_path
     texts = " ".join(c.text for c in reader.generation.chunks)
     assert "60 days" in texts and "45 days" not in texts
     assert not reader.lexical.search(bm25_tokens("45"), EVERYONE, 10)
-    from rag.index import ChunkArchive
+    from rag.stores.index import ChunkArchive
 
     archived = [ChunkArchive(data).get(cid) for cid in old_ids]
     assert all(c is not None for c in archived) and any("45 days" in c.text for c in archived if c)
@@ -274,7 +274,7 @@ def _reader_script(data: Path, out: Path) -> str:
     return f"""
 import json, time
 from datetime import date
-from rag.index import IndexReader
+from rag.stores.index import IndexReader
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 f = SearchFilter(Principal('t', frozenset()), date(2026, 1, 1))
@@ -410,12 +410,14 @@ def test_kill_9_while_the_store_is_written_keeps_the_published_generation(tmp_pa
         try:
             assert reader.generation.name == published
             legs = reader.search(
-                bm25_tokens("45 days refund"),
-                embedder.embed_queries(["refund window"])[0],
-                EVERYONE,
-                n_lexical=5,
-                n_dense=5,
-                rrf_k=60,
+                LegsQuery(
+                    bm25_tokens("45 days refund"),
+                    embedder.embed_queries(["refund window"])[0],
+                    EVERYONE,
+                    n_lexical=5,
+                    n_dense=5,
+                    rrf_k=60,
+                )
             )
             assert legs.lexical and legs.dense
         finally:

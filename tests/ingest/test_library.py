@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evaluation.format_copies import render_pages, scan_image, write_image_pdf
-from rag.index import IndexReader
+from rag.stores.index import IndexReader
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 from supportbot.cli import app

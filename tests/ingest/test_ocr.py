@@ -19,7 +19,7 @@ from ingest.ocr import Recogniser, engine_identity
 from ingest.pdf import extract_pdf
 from rag.config import Settings
 from rag.errors import IngestFileError
-from rag.extracted import ExtractedStore, RecognisedPage, content_key
+from rag.stores.extracted import ExtractedStore, RecognisedPage, content_key
 from tests.ingest.hostile import text_pdf
 
 PAGES = [

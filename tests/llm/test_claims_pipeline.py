@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rag.config import load_settings
-from rag.llm import LLMClient
+from rag.llm.client import LLMClient
 from rag.pipeline import Pipeline, Question
 from rag.types import Principal
 from tests.llm.fake_openai import FakeOpenAI, Reply

@@ -14,7 +14,7 @@ from rag.config import load_settings
 from rag.errors import GenerationError
 from rag.pipeline import Pipeline, Question
 from rag.stages.confirm import SYSTEM, apply_verdicts, ask, confirm_prompt, needs_asking, parse_verdict
-from rag.status import answer_status
+from rag.traces.status import answer_status
 from rag.types import Generated, Principal, Prompt
 
 ALICE = Principal("alice", frozenset({"staff"}))

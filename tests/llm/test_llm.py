@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rag import llm_serve
 from rag.config import load_settings
 from rag.errors import ConfigurationError, GenerationError
-from rag.generation import (
+from rag.llm import serve as llm_serve
+from rag.llm.client import LLMClient, messages_for
+from rag.stages.generate import (
     NOTHING_FOUND,
     GenerationResult,
     clean_notes,
@@ -27,7 +28,6 @@ from rag.generation import (
     split_quote_answer,
     support,
 )
-from rag.llm import LLMClient, messages_for
 from rag.types import Candidate, Chunk, Evidence, Prompt
 from tests.llm.fake_openai import FakeOpenAI, Reply
 
@@ -54,15 +54,7 @@ def make_evidence(texts: list[str] = PASSAGES) -> list[Evidence]:
             source=f"policy{n}.md",
             title=f"Policy {n}",
             section="Rules",
-            page=None,
-            page_end=None,
-            ordinal=0,
-            prev_id=None,
-            next_id=None,
             groups=("*",),
-            effective=None,
-            expires=None,
-            tags=(),
             doc_version="v1",
             n_tokens=len(text.split()),
         )
@@ -560,7 +552,7 @@ def test_start_server_refuses_a_busy_port(
 def test_cli_status_json(fake: FakeOpenAI, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from rag.llm_cli import llm_app
+    from rag.llm.cli import llm_app
 
     result = CliRunner().invoke(
         llm_app, ["status", "--json", "--port", str(fake.port), "--data-dir", str(tmp_path)]
@@ -574,7 +566,7 @@ def test_cli_status_json(fake: FakeOpenAI, tmp_path: Path) -> None:
 def test_cli_serve_without_runtime_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from rag.llm_cli import llm_app
+    from rag.llm.cli import llm_app
 
     monkeypatch.setattr(llm_serve, "missing_runtime_modules", lambda: ["llama_cpp"])
     result = CliRunner().invoke(llm_app, ["serve", "--data-dir", str(tmp_path)])
@@ -699,4 +691,4 @@ def test_runtime_build_environment_keeps_cmake_args_the_user_set() -> None:
 
 def test_install_script_takes_its_cmake_args_from_the_same_function() -> None:
     script = (Path(__file__).resolve().parents[2] / "scripts" / "install_llm.sh").read_text()
-    assert "rag.llm_cli cmake-args" in script and "GGML_NATIVE=ON" not in script
+    assert "rag.llm.cli cmake-args" in script and "GGML_NATIVE=ON" not in script

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rag.index import IndexReader, current_generation, generation_dir
 from rag.stores.edge import EdgeVectors, open_shard
+from rag.stores.index import IndexReader, current_generation, generation_dir
 from rag.types import Principal, SearchFilter
 
 PRINCIPALS = [
@@ -70,7 +70,7 @@ def test_nothing_readable_means_no_hits(reader: IndexReader, embedder) -> None: 
 
 def test_passage_tokens_are_the_tokens_bm25_counted(reader: IndexReader) -> None:
     """The reader hands the reranker each chunk's stored lexical tokens: exactly what tokenising it gives."""
-    from rag.embedder import passage_text
+    from rag.models.embedder import passage_text
     from rag.text import bm25_tokens
 
     chunks = reader.generation.chunks

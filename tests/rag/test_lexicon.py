@@ -4,8 +4,17 @@ import re
 
 import pytest
 
-from rag import lexicon
-from rag.lexicon import AUXILIARIES, BE, CARDINAL_PATTERN, CARDINALS, MODALS, MONTH_PATTERN, MONTHS, spell
+from rag.text import lexicon
+from rag.text.lexicon import (
+    AUXILIARIES,
+    BE,
+    CARDINAL_PATTERN,
+    CARDINALS,
+    MODALS,
+    MONTH_PATTERN,
+    MONTHS,
+    spell,
+)
 
 
 def test_cardinals_hold_their_values() -> None:

@@ -72,7 +72,7 @@ def test_the_second_hop_finds_the_bridged_passage_and_bundles_the_chain(pipeline
 
 
 def test_the_terminal_view_says_what_each_hop_followed(pipeline: Pipeline) -> None:
-    from rag.render import hop_lines
+    from rag.traces.render import hop_lines
 
     lines = hop_lines(ask(pipeline, 1))
     assert len(lines) == 1 and "'Shirley Temple'" in lines[0] and "linked Shirley Temple" in lines[0]

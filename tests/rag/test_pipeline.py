@@ -204,10 +204,10 @@ def test_follow_up_queries_never_cross_access_filters(
     calls: list[tuple[object, list[str]]] = []
     search = reader.search
 
-    def spy(tokens, vector, filt, **n):  # type: ignore[no-untyped-def]
-        legs = search(tokens, vector, filt, **n)
+    def spy(query):  # type: ignore[no-untyped-def]
+        legs = search(query)
         calls.append(
-            (filt, [cid for hits in (legs.lexical, legs.dense, legs.fused or []) for cid, _ in hits])
+            (query.filt, [cid for hits in (legs.lexical, legs.dense, legs.fused or []) for cid, _ in hits])
         )
         return legs
 
@@ -336,7 +336,7 @@ class OnlyRerank:
         self.queries: list[str] = []
 
     def rerank(self, question: str, candidates: Sequence[Candidate]) -> list[Candidate]:
-        from rag.rerank import NoReranker
+        from rag.models.rerankers import NoReranker
 
         self.queries.append(question)
         return NoReranker().rerank(question, candidates)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rag.config import load_settings
+from rag.models.rerankers import NoReranker
 from rag.pipeline import Pipeline, PipelineOptions, Question
-from rag.rerank import NoReranker
 from rag.types import Candidate, Principal
 
 HANDBOOK = """# Staff Handbook

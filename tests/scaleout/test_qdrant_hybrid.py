@@ -19,7 +19,11 @@ from rank_bm25 import BM25Okapi
 from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.errors import RetrievalError
-from rag.index import (
+from rag.pipeline import Pipeline, PipelineOptions, Question
+from rag.stages.retrieve import fused_candidates, rrf_fuse
+from rag.stores import LegsQuery
+from rag.stores.bm25 import K1, B, average_length
+from rag.stores.index import (
     EmbeddedBackend,
     IndexReader,
     Manifest,
@@ -27,11 +31,6 @@ from rag.index import (
     generation_dir,
     load_chunks,
 )
-from rag.lexical import K1, B, average_length
-from rag.pipeline import Pipeline, PipelineOptions, Question
-from rag.qdrant_server import resolve_lexical_backend
-from rag.stages.fusion import rrf_fuse
-from rag.stores import fused_candidates
 from rag.stores.qdrant import (
     COLLECTION,
     DENSE,
@@ -42,6 +41,7 @@ from rag.stores.qdrant import (
     sparse_query,
     term_id,
 )
+from rag.stores.qdrant_server import resolve_lexical_backend
 from rag.text import bm25_tokens
 from rag.types import Principal, SearchFilter
 
@@ -70,7 +70,7 @@ def reader(sample_data_dir: Path) -> IndexReader:
 
 
 def hybrid(reader: IndexReader, tokens: list[str], vector: Any, filt: SearchFilter, n: int) -> Any:
-    return reader.search(tokens, vector, filt, n_lexical=n, n_dense=n, rrf_k=60)
+    return reader.search(LegsQuery(tokens, vector, filt, n_lexical=n, n_dense=n, rrf_k=60))
 
 
 # ----------------------------------------------------------------------------- sparse vectors

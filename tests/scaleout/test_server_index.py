@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import rag.qdrant_server as qs
+import rag.stores.qdrant_server as qs
 from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.errors import IndexUnavailableError, IngestError
-from rag.index import current_generation, index_root
 from rag.pipeline import Pipeline, Question
-from rag.qdrant_server import ServerBackend, ServerIndexWriter, collection_for, open_index_reader
+from rag.stores.index import current_generation, index_root
+from rag.stores.qdrant_server import ServerBackend, ServerIndexWriter, collection_for, open_index_reader
 from rag.text import bm25_tokens
 from rag.types import Chunk, Principal, SearchFilter
 
@@ -81,15 +81,8 @@ def make_chunks(n: int, doc: str = "doc-a") -> tuple[list[Chunk], list[list[str]
             section="1",
             text=f"Rule {i}: refunds within {i} days",
             ordinal=i,
-            page=None,
-            page_end=None,
-            prev_id=None,
-            next_id=None,
             doc_version="v1",
             groups=("staff",),
-            effective=None,
-            expires=None,
-            tags=(),
             n_tokens=8,
         )
         for i in range(n)

@@ -2,19 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from rag.stages.abstention import (
-    NOTHING_SELECTED,
-    Abstention,
-    Coverage,
-    abstain,
-    abstention_text,
-    check_answer_types,
-    covered_intents,
-    decide_abstention,
-    final_answer,
-    vouched_evidence,
-)
-from rag.types import Evidence, Generated, Intent
+from rag.stages.abstention import NOTHING_SELECTED, abstain, abstention_text, decide_abstention, final_answer
+from rag.stages.answer_type import check_answer_types, vouched_evidence
+from rag.types import Abstention, Coverage, Evidence, Generated, Intent, covered_intents
 from tests.stages.factories import make_candidate
 
 TWO = [Intent(0, "What is the refund window"), Intent(1, "can I refund a gift card?")]
@@ -223,7 +213,7 @@ def test_nothing_uncovered_means_no_text() -> None:
 
 
 def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     leave = ["Employees receive 25 days of paid annual leave.", "Weddings are celebrated with a team card."]
     assert missing_answer_type("How many days of paid leave do I get?", leave) is None
@@ -246,7 +236,7 @@ def test_a_quantity_question_needs_that_quantity_about_its_topic() -> None:
 
 
 def test_contractions_are_not_the_topics_most_specific_words() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     pool = [
         "The daily meal allowance is $50 when travelling.",
@@ -261,7 +251,7 @@ def test_contractions_are_not_the_topics_most_specific_words() -> None:
 
 
 def test_how_much_asks_for_money_only_when_no_other_noun_is_counted() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     notice = ["Give your manager at least two weeks' notice before time off."]
     assert missing_answer_type("How much heads-up does my manager need?", notice) is None
@@ -275,7 +265,7 @@ def test_how_much_asks_for_money_only_when_no_other_noun_is_counted() -> None:
 
 
 def test_the_counted_noun_may_carry_modifiers_and_percent_and_cents_are_quantities() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     passwords = ["Passwords must be at least 14 characters long and never reused."]
     lockout = ["The account locks after 5 failed login attempts."]
@@ -297,7 +287,7 @@ def test_the_counted_noun_may_carry_modifiers_and_percent_and_cents_are_quantiti
 
 
 def test_the_stated_quantity_must_come_from_a_passage_with_one_of_the_topics_most_specific_words() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     sick = ["Eligible team members receive 100% of their weekly pay for up to 5 weeks of sick leave."]
     pool = [*sick, "Pay is reviewed every year.", "Weekly pay runs on Fridays.", "Sick leave needs a note."]
@@ -314,7 +304,7 @@ def test_the_stated_quantity_must_come_from_a_passage_with_one_of_the_topics_mos
 
 
 def test_what_is_the_amount_asks_for_money() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     premiums = ["The company pays 100% of the premiums for the medical plan."]
     question = "What's the annual deductible on the medical plan?"
@@ -335,7 +325,7 @@ def test_what_is_the_amount_asks_for_money() -> None:
 
 
 def test_which_dates_asks_for_a_day_of_a_month() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     question = "Which dates are this year's Family and Friends Days?"
     about = ["Family and Friends Day is our company-wide day off."]
@@ -347,7 +337,7 @@ def test_which_dates_asks_for_a_day_of_a_month() -> None:
 
 
 def test_how_many_of_any_counted_noun_needs_a_number_of_that_noun() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     question = "I want to see a therapist. How many free counseling sessions do I get through Modern Health?"
     general = ["Access counseling services through Modern Health, our Employee Assistance Program."]
@@ -365,7 +355,7 @@ def test_how_many_of_any_counted_noun_needs_a_number_of_that_noun() -> None:
 
 
 def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
-    from rag.stages.abstention import missing_choice
+    from rag.stages.answer_type import missing_choice
 
     rto = ["Recovery Time Objective (RTO): the maximum time a system can remain unavailable."]
     question = "What's the maximum recovery time objective for a Moderate system, 24 hours or 72 hours?"
@@ -385,7 +375,7 @@ def test_a_choice_between_quantities_needs_one_of_them_stated() -> None:
 
 
 def test_similar_sentences_can_answer_without_shared_words() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     passages = ["Enforce a limit of five (5) consecutive invalid logon attempts."]
     question = "How many times can I mistype my password?"
@@ -395,7 +385,7 @@ def test_similar_sentences_can_answer_without_shared_words() -> None:
 
 
 def test_how_many_years_needs_a_count_of_years_not_a_frequency() -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     question = "Exactly how many years do we have to keep our system audit logs?"
     annually = ["Review and update the event types selected for logging annually."]
@@ -410,7 +400,7 @@ def test_how_many_years_needs_a_count_of_years_not_a_frequency() -> None:
 
 
 def test_a_question_whether_something_exists_needs_evidence_that_mentions_it() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     laid_off = [
         "There are two types of involuntary termination, often referred to as being fired and laid off.",
@@ -426,7 +416,7 @@ def test_a_question_whether_something_exists_needs_evidence_that_mentions_it() -
 
 
 def test_the_existence_check_applies_only_to_clauses_asking_whether_something_exists() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     leave = ["Employees receive 25 days of paid annual leave."]
     assert missing_focus("Who approves my leave?", leave) is None
@@ -436,7 +426,7 @@ def test_the_existence_check_applies_only_to_clauses_asking_whether_something_ex
 
 
 def test_the_existence_check_reads_the_question_after_the_scenario_told_before_it() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     leave = ["Employees receive 25 days of paid annual leave."]
     why = missing_focus("I work from home full time. Is there a stipend for my internet bill?", leave)
@@ -452,7 +442,7 @@ def test_the_existence_check_reads_the_question_after_the_scenario_told_before_i
 
 
 def test_a_question_about_what_holds_there_needs_evidence_naming_the_place() -> None:
-    from rag.stages.abstention import missing_place
+    from rag.stages.answer_type import missing_place
 
     per_diem = ["Meals are reimbursed at the GSA per diem rate when an overnight stay is required."]
     question = "I'm going onsite in Washington DC for three nights. What per diem can I claim there?"
@@ -468,7 +458,7 @@ def test_a_question_about_what_holds_there_needs_evidence_naming_the_place() -> 
 
 
 def test_the_place_check_applies_only_to_a_there_that_points_back_at_a_named_place() -> None:
-    from rag.stages.abstention import missing_place
+    from rag.stages.answer_type import missing_place
 
     rules = ["Ask at least 4 weeks before the first day of working abroad."]
     # a place told only as the scenario is not what is asked about
@@ -503,7 +493,7 @@ def test_answer_types_include_the_place_check_against_the_labelled_passages() ->
 
 
 def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     leave = ["Full-time employees receive 25 days of paid annual leave per calendar year."]
     why = missing_focus("How many days of paid leave do I get for my wedding?", leave, pool=leave)
@@ -526,7 +516,7 @@ def test_a_count_asked_for_one_occasion_needs_the_occasion_mentioned() -> None:
 
 
 def test_the_most_specific_word_of_the_thing_is_chosen_from_the_requests_own_candidates() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     pool = ["Travel is paid by the company.", "Pay is reviewed each July.", "Meal allowances are paid daily."]
     evidence = ["Pay is reviewed each July."]
@@ -536,7 +526,7 @@ def test_the_most_specific_word_of_the_thing_is_chosen_from_the_requests_own_can
 
 
 def test_what_x_do_we_get_presupposes_x() -> None:
-    from rag.stages.abstention import missing_focus
+    from rag.stages.answer_type import missing_focus
 
     equipment = ["This policy covers the laptops, phones and monitors that the company provides for work."]
     why = missing_focus("What discount do employees get on company products?", equipment, pool=equipment)
@@ -583,7 +573,7 @@ def test_the_answer_check_reads_the_best_passage_when_none_clears_the_threshold(
     ],
 )
 def test_a_missing_answer_type_reads_as_plain_english(question: str, reason: str) -> None:
-    from rag.stages.abstention import missing_answer_type
+    from rag.stages.answer_type import missing_answer_type
 
     unrelated = ["Meals, salary and leave are described in the handbook."]
     assert missing_answer_type(question, unrelated) == reason

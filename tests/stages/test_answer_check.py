@@ -6,8 +6,7 @@ import numpy as np
 
 from rag.stages.answer_check import check_answer, unanswered
 from rag.stages.extractive import evidence_sentences
-from rag.stages.reading import Reading
-from rag.types import Evidence, Intent
+from rag.types import Evidence, Intent, Reading
 from tests.stages.factories import make_candidate, make_chunk
 
 LAPTOP = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag.stages.bundling import MAX_CHAIN_BUNDLE, bundle_dependencies
+from rag.stages.bundle import MAX_CHAIN_BUNDLE, bundle_dependencies
 from rag.stages.hops import (
     AboutIndex,
     bridge_terms,
@@ -42,15 +42,8 @@ def chunk(
         source=f"/{doc or cid}.md",
         title=title,
         section=section or title,
-        page=None,
-        page_end=None,
         ordinal=ordinal,
-        prev_id=None,
-        next_id=None,
         groups=("public",),
-        effective=None,
-        expires=None,
-        tags=(),
         doc_version="v1",
         n_tokens=len(text.split()),
     )
@@ -446,7 +439,7 @@ def test_why_hopping_stops() -> None:
 
 
 def test_the_budget_keeps_both_ends_of_every_link() -> None:
-    from rag.stages.hops import chain_links
+    from rag.stages.budget import chain_links
 
     assert chain_links([("b", "a", "chain"), ("c", "a", "comparison")]) == {"b": "a", "c": "a"}
     assert chain_links([]) == {}

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from rag.config import Settings
-from rag.index import IndexReader, current_generation, generation_dir
-from rag.qdrant_server import open_index_reader, open_index_writers
-from rag.stages.fusion import rrf_fuse
-from rag.stores import Hit
+from rag.stages.retrieve import rrf_fuse
+from rag.stores import Hit, LegsQuery
+from rag.stores.index import IndexReader, current_generation, generation_dir
+from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
 from rag.types import Chunk, Principal, SearchFilter
 from tests.stores.corpus import TODAY, Written, make_corpus, vectors_for, write_generation
@@ -182,7 +182,7 @@ class ReaderContract(StoreFixtures):
         self, reader: IndexReader, deployment: Deployment, who: str, text: str
     ) -> None:
         filt, tokens, vector = FILTERS[who], bm25_tokens(text), query_vector(len(text))
-        legs = reader.search(tokens, vector, filt, n_lexical=5, n_dense=4, rrf_k=60)
+        legs = reader.search(LegsQuery(tokens, vector, filt, n_lexical=5, n_dense=4, rrf_k=60))
         assert len(legs.lexical) <= 5 and len(legs.dense) <= 4
         assert legs.lexical == reader.lexical.search(tokens, filt, 5)
         assert [c for c, _ in legs.dense] == [c for c, _ in reader.dense.search(vector, filt, 4)]
@@ -201,12 +201,14 @@ class ReaderContract(StoreFixtures):
 
     def test_search_with_nothing_readable(self, reader: IndexReader) -> None:
         legs = reader.search(
-            bm25_tokens("refund"),
-            query_vector(1),
-            SearchFilter(NOBODY, date(1990, 1, 1)),
-            n_lexical=5,
-            n_dense=5,
-            rrf_k=60,
+            LegsQuery(
+                bm25_tokens("refund"),
+                query_vector(1),
+                SearchFilter(NOBODY, date(1990, 1, 1)),
+                n_lexical=5,
+                n_dense=5,
+                rrf_k=60,
+            )
         )
         assert legs.lexical == [] and legs.dense == [] and not legs.fused
 
@@ -280,7 +282,7 @@ class IndexWriterContract:
             assert reader.lexical.search(bm25_tokens("refund"), everyone, 10) == []
             assert reader.dense.search(query_vector(0), everyone, 10) == []
             legs = reader.search(
-                bm25_tokens("refund"), query_vector(0), everyone, n_lexical=5, n_dense=5, rrf_k=60
+                LegsQuery(bm25_tokens("refund"), query_vector(0), everyone, n_lexical=5, n_dense=5, rrf_k=60)
             )
             assert legs.lexical == [] and legs.dense == [] and not legs.fused
         finally:

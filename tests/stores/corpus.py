@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.index import GENERATIONS, Manifest, index_root, publish, save_chunks
-from rag.lexical import average_length
 from rag.stores import GenerationBuild, IndexWriter
+from rag.stores.bm25 import average_length
+from rag.stores.index import GENERATIONS, Manifest, index_root, publish, save_chunks
 from rag.text import bm25_tokens
 from rag.types import PUBLIC_GROUP, Chunk
 
@@ -53,12 +53,7 @@ def make_corpus(n: int = 24, *, docs: int = 4, start: int = 0) -> list[Chunk]:
                 text=text,
                 source=f"{doc}.md",
                 title=doc.title(),
-                section="",
-                page=None,
-                page_end=None,
                 ordinal=i // docs,
-                prev_id=None,
-                next_id=None,
                 groups=groups,
                 effective=effective,
                 expires=expires,

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.index import Manifest, load_chunks
-from rag.lexical import average_length
-from rag.sentences import FILE as SENTENCES_FILE
-from rag.sentences import VECTORS_FILE
+from rag.models.sentences import FILE as SENTENCES_FILE
+from rag.models.sentences import VECTORS_FILE
 from rag.stores import chunk_to_dict
+from rag.stores.bm25 import average_length
 from rag.stores.edge import FOLDER as EDGE_FOLDER
+from rag.stores.index import Manifest, load_chunks
 from rag.stores.memory import DENSE_FILE, TOKEN_OFFSETS_FILE, TOKENS_FILE
 from rag.stores.qdrant import COLLECTION, LEGACY_FOLDER, collection_config, point
 

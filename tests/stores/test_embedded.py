@@ -13,9 +13,10 @@ import pytest
 
 from rag.config import load_settings
 from rag.errors import IndexUnavailableError
-from rag.index import IndexReader, Manifest, generation_dir
-from rag.qdrant_server import open_index_reader, open_index_writers
+from rag.stores import LegsQuery
 from rag.stores.edge import shard_path
+from rag.stores.index import IndexReader, Manifest, generation_dir
+from rag.stores.qdrant_server import open_index_reader, open_index_writers
 from rag.text import bm25_tokens
 from tests.stores.contract import FILTERS, Deployment, StoreContract, query_vector, write
 from tests.stores.corpus import make_corpus
@@ -74,7 +75,9 @@ def test_readers_open_the_published_edge_shard_in_place_and_change_nothing(tmp_p
         for reader in readers:
             for text in ("refund window", "salary band"):
                 legs = reader.search(
-                    bm25_tokens(text), query_vector(3), FILTERS["staff"], n_lexical=5, n_dense=5, rrf_k=60
+                    LegsQuery(
+                        bm25_tokens(text), query_vector(3), FILTERS["staff"], n_lexical=5, n_dense=5, rrf_k=60
+                    )
                 )
                 assert legs.lexical and legs.dense and legs.fused
     finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import rag.qdrant_server as qs
+import rag.stores.qdrant_server as qs
 from rag.config import load_settings
 from tests.stores.contract import Deployment, StoreContract
 
@@ -60,7 +60,7 @@ class TestServerBm25(StoreContract):
 
 def test_a_server_without_the_published_generation_is_stale(tmp_path: Path, server: SharedClient) -> None:
     """The writer side of a replaced server: its generation is rebuilt even though no document changed."""
-    from rag.index import Manifest, generation_dir
+    from rag.stores.index import Manifest, generation_dir
     from tests.stores.contract import write
     from tests.stores.corpus import make_corpus
 

@@ -32,7 +32,6 @@ OIDC_DIR = REPO / "tests" / "oidc"
 PROVIDER_SCRIPT = OIDC_DIR / "provider.mjs"
 MIN_NODE = 20
 CLIENT_ID = "policy-rag"
-GROUPS_CLAIM = "groups"  # RAG_AUTH_GROUPS_CLAIM's default
 # The provider's accounts. nora has no groups claim at all; her address holds Markdown and HTML, which the app
 # must show as text.
 USERS: dict[str, dict[str, object]] = {

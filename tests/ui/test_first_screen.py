@@ -48,8 +48,6 @@ def _chunks(doc_id: str, doc: dict[str, Any], sections: list[str]) -> list[Chunk
             page=1,
             page_end=1,
             ordinal=i,
-            prev_id=None,
-            next_id=None,
             groups=tuple(doc["groups"]),
             effective=date.fromisoformat(doc["effective"]) if doc.get("effective") else None,
             expires=date.fromisoformat(doc["expires"]) if doc.get("expires") else None,

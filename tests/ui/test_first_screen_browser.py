@@ -54,7 +54,7 @@ def _listed(page) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
 
 def _in_force_for(data_dir: Path, groups: frozenset[str]) -> dict[str, dict]:  # type: ignore[type-arg]
     """Documents of the index a member of ``groups`` may read that are in force today, by title."""
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
     from rag.types import Principal
     from ui.sources import document_meta
 

@@ -149,7 +149,7 @@ def test_word_and_html_citations_open_at_the_passage(url: str, browser) -> None:
 
 
 def test_a_restricted_scan_never_opens_outside_its_group(url: str, browser, library: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
 
     hold = next(
         d for d, doc in IndexReader(library).documents().items() if doc["title"] == "Legal Hold Notice"

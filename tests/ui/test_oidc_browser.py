@@ -148,7 +148,7 @@ def _first_screen(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _in_force_for(data_dir: Path, groups: frozenset[str]) -> set[str]:
     """Titles of the documents a member of ``groups`` may read that are in force today."""
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
     from rag.types import Principal
     from ui.sources import document_meta
 
@@ -178,7 +178,7 @@ def _ask(page, question: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def _salary_doc_id(data_dir: Path) -> str:
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
 
     return next(d for d, doc in IndexReader(data_dir).documents().items() if doc.get("title") == SALARY)
 

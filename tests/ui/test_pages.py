@@ -410,7 +410,7 @@ def test_documents_show_last_ingestion_failures(
 def test_evaluation_page_runs_saves_and_loads_a_sweep(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    """The run tab starts `rag eval position` in a child process; both tabs read the sweep through rag.sweeps."""
+    """The run tab starts `rag eval position` in a child process; both tabs read the sweep through rag.traces.sweeps."""
     at = open_app(monkeypatch, ui_data_dir, "olga")  # the Evaluation page is for admins
     goto(at, "evaluation")
     assert not at.exception

@@ -46,7 +46,7 @@ def url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:  # noqa: F811
 
 
 def _salary_doc_id(data_dir: Path) -> str:
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
 
     documents = IndexReader(data_dir).documents()
     return next(d for d, doc in documents.items() if doc.get("title") == "Salary Bands")

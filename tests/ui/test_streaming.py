@@ -135,7 +135,7 @@ def test_unreachable_llm_is_a_warning_and_the_answer_quotes_the_evidence(
 
 def test_ask_streaming_yields_deltas_then_the_result(ui_data_dir: Path, embedder, fake_llm: str) -> None:  # type: ignore[no-untyped-def]
     from rag.config import load_settings
-    from rag.llm import LLMClient
+    from rag.llm.client import LLMClient
     from rag.pipeline import Pipeline, Question
     from rag.types import Principal
     from ui.services import ask_streaming
@@ -155,7 +155,7 @@ def test_a_follow_ups_rewrite_is_not_streamed_into_the_answer(
     """The rewrite is an LLM call of its own (not streamed): the page shows only the answer's deltas, and the
     fake server's answer, not a standalone question, fails the rewrite check and falls back to the offline one."""
     from rag.config import load_settings
-    from rag.llm import LLMClient
+    from rag.llm.client import LLMClient
     from rag.pipeline import Pipeline, Question
     from rag.types import Principal
     from ui.services import ask_streaming

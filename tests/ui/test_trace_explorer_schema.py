@@ -1,4 +1,4 @@
-"""The trace explorer reads stored traces through the trace schema (rag/trace_schema.py): a trace stored before
+"""The trace explorer reads stored traces through the trace schema (rag/traces/schema.py): a trace stored before
 the newer keys existed opens with their defaults; one that does not match is a message, not a broken page."""
 
 from __future__ import annotations

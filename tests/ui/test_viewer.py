@@ -122,7 +122,7 @@ def test_chat_helpers_titles_length_and_export() -> None:
 def test_documents_page_refuses_a_restricted_doc_in_the_address(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    from rag.index import IndexReader
+    from rag.stores.index import IndexReader
 
     salary = next(
         d for d, doc in IndexReader(ui_data_dir).documents().items() if doc.get("title") == "Salary Bands"
@@ -165,7 +165,7 @@ def test_a_cited_source_opens_in_a_dialog_at_the_passage(
 
 
 def test_a_passage_on_a_scanned_page_is_marked_on_the_recognised_words(tmp_path: Path) -> None:
-    from rag.extracted import ExtractedStore, RecognisedPage, Word
+    from rag.stores.extracted import ExtractedStore, RecognisedPage, Word
     from ui.sources import ocr_boxes
 
     line1 = [("Signed", 0.10), ("contracts", 0.20), ("are", 0.32), ("kept", 0.38)]

@@ -41,9 +41,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rag.config import Settings
-from rag.memory import select_history
 from rag.pipeline import Question
-from rag.trace_schema import describe
+from rag.stages.memory import select_history
+from rag.traces.schema import describe
 from rag.tracestore.errors import FeedbackNotAllowed, TraceNotFound
 from ui.api import identity, replies
 from ui.api.errors import NO_STORE, ApiError, bad_request, from_exception

@@ -1,5 +1,5 @@
 """The API's OpenAPI 3.1 document, generated from the models the endpoints use (ui/api/schemas.py and the trace
-schema, rag/trace_schema.py), served at ``GET /v1/openapi.json`` and checked into ``docs/openapi.json``:
+schema, rag/traces/schema.py), served at ``GET /v1/openapi.json`` and checked into ``docs/openapi.json``:
 
     python -m ui.api.openapi --write   # regenerate docs/openapi.json after changing a model
     python -m ui.api.openapi --check   # exit 1 when the committed file is stale (tests/ui/api run it)
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from rag import trace_schema as ts
+from rag.traces import schema as ts
 from ui.api import schemas as s
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"

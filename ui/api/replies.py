@@ -9,7 +9,7 @@ the source at that page for this asker. A plain chat front end shows all of it a
 A conversation comes back with those replies in it. :func:`conversation` takes each earlier assistant message
 back to the answer alone (the rule and what follows it are this module's own, and are recognised line by line),
 so the history a follow-up is rewritten with is the one the chat page would have kept
-(``rag.memory.select_history`` does the rest, as for the chat page).
+(``rag.stages.memory.select_history`` does the rest, as for the chat page).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rag import status
 from rag.stages.citations import is_sources_line
+from rag.traces import status
 from ui import answer_text
 from ui.api.errors import ApiError
 from ui.api.schemas import ChatMessage, RagAnswer, Source

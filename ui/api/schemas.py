@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag.traces.status import Status
+
 MAX_NAME = 256
 MAX_GROUPS = 500
 
@@ -137,15 +139,7 @@ class RagAnswer(BaseModel):
     """The ``rag`` extension of a chat response (and of its last streamed chunk)."""
 
     trace_id: str = Field(description="the stored trace: POST /v1/rag/feedback rates it")
-    status: Literal[
-        "abstained",
-        "failed_citations",
-        "checked",
-        "unsupported_claims",
-        "partial",
-        "unconfirmed",
-        "unchecked",
-    ]
+    status: Status
     label: str | None = Field(description="the status in the chat page's words")
     abstained: bool
     verified: bool = Field(description='the "Citations checked" badge')

@@ -8,11 +8,11 @@ behind one address (``rag ui`` and ``rag serve`` included), or links made by one
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from rag.cli_support import DataDir
 from rag.config import load_settings
 from rag.errors import RagError
 
@@ -27,12 +27,7 @@ def serve_command(
         ),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8000,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir", help="Data directory (index, traces). Env: RAG_DATA_DIR.", show_default=False
-        ),
-    ] = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Serve the OpenAI-compatible API alone (docs/api.md): POST /v1/chat/completions, GET /v1/models, ..."""
     try:

@@ -15,8 +15,8 @@ from typing import Any
 import streamlit as st
 
 from rag.errors import StorageError
-from rag.memory import extract_fact, relevant_facts, select_history
 from rag.pipeline import Question
+from rag.stages.memory import extract_fact, relevant_facts, select_history
 from rag.types import Principal
 from ui import answer_text, cited_sources, components, first_screen, services, sources, trace_view
 from ui.feedback import feedback_widget

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rag.index import generation_dir
+from rag.stores.index import generation_dir
 from rag.types import DocumentMeta, Principal
 from ui import services, serving, sources
 

@@ -1,6 +1,6 @@
 """Evaluation: run or load a position sweep (accuracy by where the needed passage sits) and plot it.
 
-A sweep is read through ``rag.sweeps`` (its files and plot); running one starts ``rag eval position`` (the
+A sweep is read through ``rag.traces.sweeps`` (its files and plot); running one starts ``rag eval position`` (the
 ``evaluation`` package) in a child process that writes those files, so the page imports nothing but rag/.
 
 The page shows aggregates only (accuracy, intervals, tokens, comparisons), never the passages of a sweep: a
@@ -22,7 +22,7 @@ import pandas as pd
 import streamlit as st
 
 from rag.errors import RagError
-from rag.sweeps import SweepResult, load_sweep, sweep_figure
+from rag.traces.sweeps import SweepResult, load_sweep, sweep_figure
 from ui import components, services
 
 RESULT = "eval_result"
@@ -100,7 +100,7 @@ def _show(result: SweepResult) -> None:
 
 
 def _run_form(settings: Any) -> SweepResult | None:
-    from rag.stages.packing import SINGLE_PASSAGE_STRATEGIES, STRATEGIES
+    from rag.stages.pack import SINGLE_PASSAGE_STRATEGIES, STRATEGIES
 
     generators = ["simulated", "extractive"] + (["openai"] if settings.llm_configured else [])
     with st.form("eval_run"):

@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from rag.pipeline import PipelineOptions, Question
-from rag.stages.packing import STRATEGIES
-from rag.trace_schema import TraceSchemaError
+from rag.stages.pack import STRATEGIES
+from rag.traces.schema import TraceSchemaError
 from rag.tracestore import TraceFilter
 from rag.types import DocumentMeta, Principal
 from ui import components, services, trace_view

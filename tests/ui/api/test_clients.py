@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from rag.config import load_settings
-from rag.memory import select_history
+from rag.stages.memory import select_history
 from tests.ui.api.conftest import MODEL, REFUND_Q, Server
 from tests.ui.conftest import REPO
 
@@ -104,7 +104,7 @@ def test_a_follow_up_is_rewritten_as_in_the_chat_page(api_server: Server) -> Non
     """The chat page's conversation (ui/tests/test_browser.py): the domestic meal allowance, then "and what
     about for international trips?". Through the API, the earlier reply comes back with its Sources block;
     the question is searched as the chat page searches it, which the same pipeline, asked in-process with the
-    history the chat page keeps (its turns through rag.memory.select_history), shows."""
+    history the chat page keeps (its turns through rag.stages.memory.select_history), shows."""
     from rag.factory import build_pipeline
     from rag.pipeline import Question
     from rag.types import Principal

@@ -8,7 +8,7 @@ import json
 
 import jsonschema
 
-from rag.trace_schema import SCHEMA_PATH
+from rag.traces.schema import SCHEMA_PATH
 from tests.ui.api.conftest import REFUND_Q, Server, chat, proxy_headers
 from ui.api import openapi
 
