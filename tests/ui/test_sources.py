@@ -27,7 +27,7 @@ from tests.ui.test_auth_browser import (  # noqa: F401  (fixture)
     _shot,
     browser,
 )
-from tests.ui.test_browser import ANSWER_TIMEOUT_MS, ARTIFACTS, chromium  # noqa: F401  (fixture)
+from tests.ui.test_browser import ARTIFACTS, _ask, chromium  # noqa: F401  (fixture)
 from ui.sources import NOT_AVAILABLE
 
 pytestmark = pytest.mark.browser
@@ -50,19 +50,6 @@ def _salary_doc_id(data_dir: Path) -> str:
 
     documents = IndexReader(data_dir).documents()
     return next(d for d, doc in documents.items() if doc.get("title") == "Salary Bands")
-
-
-def _answer(page, question: str, before: int) -> None:  # type: ignore[no-untyped-def]
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill(question)
-    box.press("Enter")
-    page.wait_for_function(
-        f"document.querySelectorAll('.rag-answer').length > {before}", timeout=ANSWER_TIMEOUT_MS
-    )
-    page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000
-    )
-    page.wait_for_timeout(1500)
 
 
 COLD_START_OBSERVER = """
@@ -135,7 +122,7 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
         # Parental leave is section 4 of the leave policy, in the lower part of its page.
-        _answer(page, LEAVE_Q, 0)
+        _ask(page, LEAVE_Q, 0)
         assert "18 weeks" in page.locator(".rag-answer").first.inner_text()
         dialog = _open_source(page, "Leave Policy")
         page.wait_for_function(
@@ -168,7 +155,7 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
         dialog.wait_for(state="hidden", timeout=10_000)
 
         # The hr-only salary bands: "Open the PDF at page 1" is served to hana, its owner.
-        _answer(page, TABLE_Q, 1)
+        _ask(page, TABLE_Q, 1)
         answer = page.locator(".rag-answer").nth(1).inner_text()
         assert "L5 Senior software engineer" in answer and "147,000" in answer, answer
         assert "sets the salary band" not in answer
@@ -210,7 +197,7 @@ def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_da
         page = context.new_page()
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+        _ask(page, REFUND_Q, 0)
         dialog = _open_source(page, "Customer Refunds")
         quote = dialog.locator(".rag-quote")
         quote.wait_for(state="visible", timeout=60_000)
@@ -271,7 +258,7 @@ def test_bad_input_length_limit_and_brackets(url: str, browser, ui_data_dir: Pat
         assert page.locator(".rag-answer").count() == 0
         _shot(page, "ui-too-long.png")
         # "[3]" typed by the user is not a citation, also when the refusal repeats the question.
-        _answer(page, "Can I bring my dog [3] to the office on Jupiter?", 0)
+        _ask(page, "Can I bring my dog [3] to the office on Jupiter?", 0)
         assert page.locator(".rag-cite.bad").count() == 0
         assert "failed the check" not in page.locator("body").inner_text()
         _shot(page, "ui-brackets.png")
@@ -284,7 +271,7 @@ def test_citation_previews_stay_inside_the_window(url: str, browser, width: int,
         page = context.new_page()
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+        _ask(page, REFUND_Q, 0)
         cites = page.locator(".rag-cite")
         assert cites.count() >= 1
         bottom = page.get_by_test_id("stBottom").bounding_box()
@@ -322,7 +309,7 @@ def test_employee_view_and_the_evidence_panel_at_1280_px(url: str, browser) -> N
         page = context.new_page()
         page.goto(url)
         page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+        _ask(page, REFUND_Q, 0)
         assert "45 days" in page.locator(".rag-answer").first.inner_text()
         assert "threshold" not in page.locator("body").inner_text()
         _shot(page, "chat.png")  # the README's first screenshot: the employee view
