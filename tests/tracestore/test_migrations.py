@@ -25,6 +25,22 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
+def _insert_answer(url: str, trace_id: str, **flags: bool) -> None:
+    """An answers row with the columns of an earlier revision, written directly (the store checks the head)."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    f'INSERT INTO answers (trace_id, created_at, "user", question, {", ".join(flags)}) '
+                    f"VALUES (:t, :c, 'alice', 'q?', {', '.join(':' + name for name in flags)})"
+                ),
+                {"t": trace_id, "c": "2025-03-01 09:00:00", **flags},
+            )
+    finally:
+        engine.dispose()
+
+
 def test_head_is_the_api_keys_revision() -> None:
     assert head_revision() == "0003"
 
@@ -34,18 +50,7 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
     upgrade(store_url, "0001")
     assert _tables(store_url) == MODEL_TABLES - {"feedback", "api_keys"} | {"alembic_version"}
     trace = make_trace(seed=3)
-    engine = make_engine(store_url)
-    try:  # a trace written by a 0001-era store: insert the answers row directly (the store checks the head)
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    'INSERT INTO answers (trace_id, created_at, "user", question, has_failed_citation) '
-                    "VALUES (:t, :c, 'alice', 'q?', false)"
-                ),
-                {"t": trace["trace_id"], "c": "2025-03-01 09:00:00"},
-            )
-    finally:
-        engine.dispose()
+    _insert_answer(store_url, trace["trace_id"], has_failed_citation=False)  # as a 0001-era store wrote it
     assert upgrade(store_url) == head_revision()
     with TraceStore(store_url) as store:
         assert store.traces.count() == 1
@@ -67,18 +72,7 @@ def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str)
     upgrade(store_url, "0002")
     assert "api_keys" not in _tables(store_url)
     old = make_trace(seed=5)
-    engine = make_engine(store_url)
-    try:  # an answer written by a 0002-era store: insert its row directly (the store checks the head)
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    'INSERT INTO answers (trace_id, created_at, "user", question, abstained, has_failed_citation) '
-                    "VALUES (:t, :c, 'alice', 'q?', true, false)"
-                ),
-                {"t": old["trace_id"], "c": "2025-03-01 09:00:00"},
-            )
-    finally:
-        engine.dispose()
+    _insert_answer(store_url, old["trace_id"], abstained=True, has_failed_citation=False)  # as 0002 wrote it
     assert upgrade(store_url) == "0003"
     with TraceStore(store_url) as store:
         assert store.analytics.channel_stats()[0]["channel"] == "unrecorded"

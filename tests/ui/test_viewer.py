@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.types import Principal
+from tests.ui.conftest import ALICE, HANA
 from tests.ui.test_pages import ask, assert_clean, goto, open_app, sent
 from ui.sources import (
     NOT_AVAILABLE,
@@ -20,8 +20,6 @@ from ui.sources import (
 )
 from ui.views.chat import conversation_json, conversation_markdown, distinct_title, too_long
 
-ALICE = Principal("alice", frozenset({"staff"}))
-HANA = Principal("hana", frozenset({"staff", "hr"}))
 SAMPLE = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "pdfs"
 DOCS = {
     "salary": {
