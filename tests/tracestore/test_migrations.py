@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from rag.tracestore import TraceStore, current_revision, downgrade, upgrade
 from rag.tracestore.db import alembic_config, head_revision, make_engine
@@ -17,28 +19,32 @@ from tests.tracestore.factories import make_trace, upgrade_in_child
 MODEL_TABLES = set(Base.metadata.tables)
 
 
-def _tables(url: str) -> set[str]:
+@contextmanager
+def _connection(url: str) -> Iterator[Connection]:
+    """One connection in a transaction, its engine disposed of afterwards."""
     engine = make_engine(url)
     try:
-        return set(inspect(engine).get_table_names())
+        with engine.begin() as conn:
+            yield conn
     finally:
         engine.dispose()
+
+
+def _tables(url: str) -> set[str]:
+    with _connection(url) as conn:
+        return set(inspect(conn).get_table_names())
 
 
 def _insert_answer(url: str, trace_id: str, **flags: bool) -> None:
     """An answers row with the columns of an earlier revision, written directly (the store checks the head)."""
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    f'INSERT INTO answers (trace_id, created_at, "user", question, {", ".join(flags)}) '
-                    f"VALUES (:t, :c, 'alice', 'q?', {', '.join(':' + name for name in flags)})"
-                ),
-                {"t": trace_id, "c": "2025-03-01 09:00:00", **flags},
-            )
-    finally:
-        engine.dispose()
+    with _connection(url) as conn:
+        conn.execute(
+            text(
+                f'INSERT INTO answers (trace_id, created_at, "user", question, {", ".join(flags)}) '
+                f"VALUES (:t, :c, 'alice', 'q?', {', '.join(':' + name for name in flags)})"
+            ),
+            {"t": trace_id, "c": "2025-03-01 09:00:00", **flags},
+        )
 
 
 def test_head_is_the_api_keys_revision() -> None:
@@ -58,12 +64,8 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
         assert store.feedback.get(trace["trace_id"])["reason"] == "outdated"
     assert downgrade(store_url, "0001") == "0001"
     assert "feedback" not in _tables(store_url)
-    engine = make_engine(store_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
-    finally:
-        engine.dispose()
+    with _connection(store_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
 
 
 def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str) -> None:
@@ -88,14 +90,10 @@ def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str)
         store.feedback.set(old["trace_id"], "alice", "down", reason="outdated")
     assert downgrade(store_url, "0002") == "0002"
     assert "api_keys" not in _tables(store_url)
-    engine = make_engine(store_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 2
-            assert conn.execute(text("SELECT count(*) FROM feedback")).scalar() == 1
-            columns = {c["name"] for c in inspect(conn).get_columns("answers")}
-    finally:
-        engine.dispose()
+    with _connection(store_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 2
+        assert conn.execute(text("SELECT count(*) FROM feedback")).scalar() == 1
+        columns = {c["name"] for c in inspect(conn).get_columns("answers")}
     assert "channel" not in columns
 
 
