@@ -12,6 +12,7 @@ import typer
 from rag.errors import RagError
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 DataDir = Annotated[
     Path | None,
@@ -22,16 +23,22 @@ JsonFlag = Annotated[
 ]
 
 
+def or_exit(call: Callable[[], T]) -> T:
+    """``call()``, a RagError it raises printed as a message the user can act on, with exit status 1."""
+    try:
+        return call()
+    except RagError as exc:
+        typer.echo(f"Error: {exc.user_message()}", err=True)
+        raise typer.Exit(1) from None
+
+
 def user_errors(func: F) -> F:
     """Print RagErrors as a message the user can act on, with exit status 1 (130 on Ctrl-C)."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
-        except RagError as exc:
-            typer.echo(f"Error: {exc.user_message()}", err=True)
-            raise typer.Exit(1) from None
+            return or_exit(lambda: func(*args, **kwargs))
         except KeyboardInterrupt:
             typer.echo("Interrupted.", err=True)
             raise typer.Exit(130) from None
