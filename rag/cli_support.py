@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -44,3 +46,29 @@ def user_errors(func: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def write_or_check(
+    argv: list[str] | None, module: str, path: Path, text: Callable[[], str], stale: str
+) -> int:
+    """``python -m MODULE --write`` (re)generates the committed file ``path`` from ``text()``; ``--check`` exits 1,
+    saying why (missing, or ``stale``), when the file is not what ``text()`` gives. ``--path`` names another file."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"Write or check {path.name}.")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="(re)generate the file")
+    action.add_argument("--check", action="store_true", help="exit 1 when the committed file is stale")
+    parser.add_argument("--path", type=Path, default=path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    expected = text()
+    if args.write:
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        args.path.write_text(expected, encoding="utf-8")
+        print(f"wrote {args.path}")
+        return 0
+    current = args.path.read_text(encoding="utf-8") if args.path.exists() else None
+    if current != expected:
+        state = "is missing" if current is None else stale
+        print(f"{args.path} {state}: run `python -m {module} --write`", file=sys.stderr)
+        return 1
+    print(f"{args.path} is up to date")
+    return 0
