@@ -28,8 +28,9 @@ from rag.stages.generate import (
     split_quote_answer,
     support,
 )
-from rag.types import Candidate, Chunk, Evidence, Prompt
+from rag.types import Candidate, Evidence, Prompt
 from tests.llm.fake_openai import FakeOpenAI, Reply
+from tests.stages.factories import make_chunk
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,21 +46,24 @@ PASSAGES = [
 
 
 def make_evidence(texts: list[str] = PASSAGES) -> list[Evidence]:
-    out = []
-    for n, text in enumerate(texts, 1):
-        chunk = Chunk(
-            chunk_id=f"c{n}",
-            doc_id=f"d{n}",
-            text=text,
-            source=f"policy{n}.md",
-            title=f"Policy {n}",
-            section="Rules",
-            groups=("*",),
-            doc_version="v1",
-            n_tokens=len(text.split()),
+    """Passage n of ``texts`` as chunk cN of "Policy N", section "Rules", at position n in a bundle of its own."""
+    return [
+        Evidence(
+            n=n,
+            candidate=Candidate(
+                chunk=make_chunk(
+                    text,
+                    chunk_id=f"c{n}",
+                    doc_id=f"d{n}",
+                    source=f"policy{n}.md",
+                    title=f"Policy {n}",
+                    section="Rules",
+                )
+            ),
+            bundle_id=n,
         )
-        out.append(Evidence(n=n, candidate=Candidate(chunk=chunk), bundle_id=n))
-    return out
+        for n, text in enumerate(texts, 1)
+    ]
 
 
 def make_prompt(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,21 @@ new MutationObserver((_, observer) => {
   }
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
+
+
+@contextmanager
+def _first_answer(browser, headers: dict[str, str], viewport: dict[str, int], url: str, question: str):  # type: ignore[no-untyped-def] # noqa: F811
+    """A page in a browser context of its own at ``viewport``, signed in by ``headers``, once the chat has
+    answered ``question``; the context is closed afterwards."""
+    context = browser.new_context(viewport=viewport, extra_http_headers=headers)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
+        _ask(page, question, 0)
+        yield page
+    finally:
+        context.close()
 
 
 def test_cold_start_shows_the_chat_box_and_a_loading_banner(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
@@ -116,13 +132,8 @@ def _source_shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=HANA)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        # Parental leave is section 4 of the leave policy, in the lower part of its page.
-        _ask(page, LEAVE_Q, 0)
+    # Parental leave is section 4 of the leave policy, in the lower part of its page.
+    with _first_answer(browser, HANA, {"width": 1280, "height": 900}, url, LEAVE_Q) as page:
         assert "18 weeks" in page.locator(".rag-answer").first.inner_text()
         dialog = _open_source(page, "Leave Policy")
         page.wait_for_function(
@@ -167,13 +178,11 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
         assert href.startswith("/api/source/") and href.endswith("#page=1"), href
         assert link.get_attribute("target") == "_blank"
         assert dialog.get_by_text("Download salary-bands.pdf").count() == 1
-        served = context.request.get(url + href.split("#")[0])
+        served = page.context.request.get(url + href.split("#")[0])
         assert served.status == 200 and served.headers["content-type"] == "application/pdf"
         assert served.body().startswith(b"%PDF") and served.headers["content-disposition"].startswith(
             "inline"
         )
-    finally:
-        context.close()
 
     # Refused to an outsider who has the very same address (pasted, not made for her), and to her variants of it.
     with _page(browser, ALICE) as page:
@@ -192,12 +201,7 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
 
 
 def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 420, "height": 860}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _ask(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": 420, "height": 860}, url, REFUND_Q) as page:
         dialog = _open_source(page, "Customer Refunds")
         quote = dialog.locator(".rag-quote")
         quote.wait_for(state="visible", timeout=60_000)
@@ -213,13 +217,13 @@ def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_da
         assert href.endswith("#page=1"), href
         _source_shot(page, "ui-source-dialog-420.png")
         # Her own link opens her document; the same link with the salary bands' id in it does not.
-        own = context.request.get(url + href.split("#")[0])
+        own = page.context.request.get(url + href.split("#")[0])
         assert own.status == 200 and own.body().startswith(b"%PDF")
         doc_id = href.split("/api/source/", 1)[1].split("?", 1)[0]
-        swapped = context.request.get(url + href.split("#")[0].replace(doc_id, _salary_doc_id(ui_data_dir)))
+        swapped = page.context.request.get(
+            url + href.split("#")[0].replace(doc_id, _salary_doc_id(ui_data_dir))
+        )
         assert swapped.status == 403 and not swapped.body().startswith(b"%PDF")
-    finally:
-        context.close()
 
 
 def test_a_restricted_document_is_refused_on_direct_request(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
@@ -266,12 +270,7 @@ def test_bad_input_length_limit_and_brackets(url: str, browser, ui_data_dir: Pat
 
 @pytest.mark.parametrize(("width", "height"), [(1280, 900), (420, 860)])
 def test_citation_previews_stay_inside_the_window(url: str, browser, width: int, height: int) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": width, "height": height}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _ask(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": width, "height": height}, url, REFUND_Q) as page:
         cites = page.locator(".rag-cite")
         assert cites.count() >= 1
         bottom = page.get_by_test_id("stBottom").bounding_box()
@@ -299,17 +298,10 @@ def test_citation_previews_stay_inside_the_window(url: str, browser, width: int,
                 if width < 640:
                     _shot(page, "ui-chat-420.png")
             page.mouse.click(2, height // 2)  # away: the pop-up goes
-    finally:
-        context.close()
 
 
 def test_employee_view_and_the_evidence_panel_at_1280_px(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _ask(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": 1280, "height": 900}, url, REFUND_Q) as page:
         assert "45 days" in page.locator(".rag-answer").first.inner_text()
         assert "threshold" not in page.locator("body").inner_text()
         _shot(page, "chat.png")  # the README's first screenshot: the employee view
@@ -320,5 +312,3 @@ def test_employee_view_and_the_evidence_panel_at_1280_px(url: str, browser) -> N
         box = table.bounding_box()
         assert box and box["x"] + box["width"] <= 1280, box
         _shot(page, "ui-chat-evidence.png")
-    finally:
-        context.close()
