@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -26,3 +27,16 @@ def data_dir_or_sample(data_dir: Path | None, prefix: str) -> Iterator[Path]:
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def query_options(description: str | None) -> argparse.Namespace:
+    """The command line the query-path benchmarks share: --data-dir (default: the sample corpus, ingested into a
+    temporary folder), --questions (default: the sample questions), --repeats and --json."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--questions", type=Path, default=SAMPLE / "questions.jsonl")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    return parser.parse_args()

@@ -10,7 +10,6 @@ own line and left out of the end-to-end figure, which is what an LLM would repla
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import SAMPLE, data_dir_or_sample
+from benchmarks import data_dir_or_sample, query_options
 
 EXCLUDED = ("generate",)
 
@@ -66,14 +65,7 @@ def run(data_dir: Path, questions: list[dict[str, Any]], repeats: int) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--questions", type=Path, default=SAMPLE / "questions.jsonl")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = query_options(__doc__)
     questions = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     with data_dir_or_sample(args.data_dir, "rag-bench-query-") as data_dir:
         result = run(data_dir, questions, args.repeats)

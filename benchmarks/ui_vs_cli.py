@@ -11,14 +11,13 @@ The target (issue 21) is UI/CLI <= 1.1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from benchmarks import SAMPLE, data_dir_or_sample
+from benchmarks import data_dir_or_sample, query_options
 
 
 def _questions(path: Path) -> list[Any]:
@@ -72,14 +71,7 @@ def run(data_dir: Path, questions_path: Path, repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--questions", type=Path, default=SAMPLE / "questions.jsonl")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = query_options(__doc__)
     with data_dir_or_sample(args.data_dir, "rag-bench-ui-cli-") as data_dir:
         result = run(data_dir, args.questions, args.repeats)
     if args.json:

@@ -14,9 +14,8 @@ from typing import Annotated
 
 import typer
 
-from rag.cli_support import DataDir
+from rag.cli_support import DataDir, or_exit
 from rag.config import Settings, load_settings
-from rag.errors import RagError
 
 # The app (ui/app.py) and the route that opens a cited PDF in the browser's viewer (ui/serving.py).
 APP = Path(__file__).resolve().parent / "server.py"
@@ -76,11 +75,7 @@ def ui_command(
     data_dir: DataDir = None,
 ) -> None:
     """Start the support bot's web UI (chat, trace explorer, documents, evaluation) on http://127.0.0.1:PORT."""
-    try:
-        settings = load_settings(data_dir=data_dir)
-    except RagError as exc:
-        typer.echo(f"Error: {exc.user_message()}", err=True)
-        raise typer.Exit(1) from None
+    settings = or_exit(lambda: load_settings(data_dir=data_dir))
     typer.echo(
         f"Serving the UI on http://127.0.0.1:{port} (data: {settings.data_dir}); Ctrl+C stops it.", err=True
     )

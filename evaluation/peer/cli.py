@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 import warnings
@@ -23,7 +21,9 @@ from evaluation.peer.common import (
     SCIFACT,
     WORK_DIR,
     Log,
+    load_average,
     load_grader,
+    machine,
     require_haystack,
 )
 from evaluation.peer.users import SUITE_CACHE, run_users, users_table
@@ -47,21 +47,13 @@ def run(
     cross_encoder_queries: int = 0,
     log: Log = print,
 ) -> dict[str, Any]:
-    import torch
-
     version = require_haystack()
     started = time.perf_counter()
     result: dict[str, Any] = {
         "date": date.today().isoformat(),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_threads_default": torch.get_num_threads(),
-        },
+        "machine": machine(),
         "haystack": version,
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "load_average_at_start": load_average(),
     }
     work_dir.mkdir(parents=True, exist_ok=True)
     if scifact_root is not None:
@@ -85,7 +77,7 @@ def run(
             cross_encoder_queries=cross_encoder_queries,
             log=log,
         )
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["load_average_at_end"] = load_average()
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import platform
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -31,6 +33,24 @@ Q = TypeVar("Q")  # a question as a run takes it (text, or a suite question with
 EXCLUDED = ("generate",)  # as benchmarks/query.py: what an LLM would replace
 # our stages past the peer's last one (its pipeline ends at its documents; ours at the packed evidence)
 AFTER_EVIDENCE = ("answer_type", "prompt", "generate", "citations", "claims", "answer_check")
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run measured on: CPUs, platform, Python, torch and its default thread count."""
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads_default": torch.get_num_threads(),
+    }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages, to two places: how busy the machine was."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def require_haystack() -> str:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -16,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.peer.common import GRADER, REPO, SHARED, Log, load_grader, require_haystack
+from evaluation.peer.common import (
+    GRADER,
+    REPO,
+    SHARED,
+    Log,
+    load_average,
+    load_grader,
+    machine,
+    require_haystack,
+)
 from evaluation.peer.measure import latency, peer_label, rotate, stage_latencies, through_evidence
 from evaluation.peer.systems import Answer, Ours, docs_in_order, ingest_ours, torch_threads
 
@@ -518,8 +525,6 @@ def run_users(
     log: Log = print,
 ) -> dict[str, Any]:
     """Every chosen policy suite, ours and the peer as its users run it (the JSON shape: module docstring)."""
-    import torch
-
     from rag.config import default_settings
 
     version = require_haystack()
@@ -537,14 +542,8 @@ def run_users(
         "date": date.today().isoformat(),
         "commit": git_commit(),
         "haystack": version,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_threads_default": torch.get_num_threads(),
-        },
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine(),
+        "load_average_at_start": load_average(),
         "split": split,
         "settings": {
             "evidence_k": s.evidence_k,
@@ -567,7 +566,7 @@ def run_users(
         result["suites"][name] = run_users_suite(
             known[name], split, work_dir, covered, peer_threads=peer_threads, cache_root=cache_root, log=log
         )
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["load_average_at_end"] = load_average()
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 

@@ -18,15 +18,14 @@ so an old trace prints back as it was stored (``defaults=True`` fills them in).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rag.cli_support import write_or_check
 from rag.errors import StorageError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "schema" / "trace.schema.json"
@@ -388,27 +387,9 @@ def schema_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rag.traces.schema", description="Write or check docs/schema/trace.schema.json."
-    )
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="(re)generate the schema file")
-    action.add_argument("--check", action="store_true", help="exit 1 when the committed file is stale")
-    parser.add_argument("--path", type=Path, default=SCHEMA_PATH, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    expected = schema_text()
-    if args.write:
-        args.path.parent.mkdir(parents=True, exist_ok=True)
-        args.path.write_text(expected, encoding="utf-8")
-        print(f"wrote {args.path}")
-        return 0
-    current = args.path.read_text(encoding="utf-8") if args.path.exists() else None
-    if current != expected:
-        state = "is missing" if current is None else "is stale (the models in rag/traces/schema.py changed)"
-        print(f"{args.path} {state}: run `python -m rag.traces.schema --write`", file=sys.stderr)
-        return 1
-    print(f"{args.path} is up to date")
-    return 0
+    """Write or check docs/schema/trace.schema.json."""
+    stale = "is stale (the models in rag/traces/schema.py changed)"
+    return write_or_check(argv, "rag.traces.schema", SCHEMA_PATH, schema_text, stale)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -82,16 +82,21 @@ def _store(data_dir: Path | None) -> Iterator[TraceStore]:
 # -- rag db ---------------------------------------------------------------------------------------------------
 
 
+def _migrate(move: Callable[[Settings, str], str | None], revision: str, data_dir: Path | None) -> None:
+    """Migrate the trace database up or down to ``revision`` and say where it now stands."""
+    with _user_errors():
+        settings = _settings(data_dir)
+        now = move(settings, revision)
+        typer.echo(f"Trace database at revision {now or 'base'}: {db.display_url(settings.sqlalchemy_url)}")
+
+
 @db_app.command("upgrade")
 def db_upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
     data_dir: DataDirOption = None,
 ) -> None:
     """Create or migrate the trace database. Run once per deploy, before starting the app."""
-    with _user_errors():
-        settings = _settings(data_dir)
-        now = db.upgrade(settings, revision)
-        typer.echo(f"Trace database at revision {now}: {db.display_url(settings.sqlalchemy_url)}")
+    _migrate(db.upgrade, revision, data_dir)
 
 
 @db_app.command("downgrade")
@@ -100,10 +105,7 @@ def db_downgrade(
     data_dir: DataDirOption = None,
 ) -> None:
     """Migrate the trace database down to REVISION."""
-    with _user_errors():
-        settings = _settings(data_dir)
-        now = db.downgrade(settings, revision)
-        typer.echo(f"Trace database at revision {now or 'base'}: {db.display_url(settings.sqlalchemy_url)}")
+    _migrate(db.downgrade, revision, data_dir)
 
 
 @db_app.command("current")

@@ -21,24 +21,14 @@ def frozen(tmp_path: Path) -> Path:
     return save_frozen(sets, tmp_path / "frozen.json", {"note": "synthetic"})
 
 
+def simulated_sweep(frozen: Path, tmp_path: Path, *extra: str) -> Any:
+    """``rag eval position`` on the frozen file with the simulated generator and an unused data dir."""
+    args = ["position", "--frozen", str(frozen), "--generator", "simulated"]
+    return runner.invoke(eval_app, [*args, "--data-dir", str(tmp_path / "unused"), *extra])
+
+
 def test_position_json(frozen: Path, tmp_path: Path) -> None:
-    res = runner.invoke(
-        eval_app,
-        [
-            "position",
-            "--frozen",
-            str(frozen),
-            "--generator",
-            "simulated",
-            "--lengths",
-            "10,20",
-            "--repeats",
-            "5",
-            "--json",
-            "--data-dir",
-            str(tmp_path / "unused"),
-        ],
-    )
+    res = simulated_sweep(frozen, tmp_path, "--lengths", "10,20", "--repeats", "5", "--json")
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["generator"] == "simulated" and data["questions"] == 8
@@ -62,29 +52,11 @@ def test_position_json(frozen: Path, tmp_path: Path) -> None:
 
 def test_position_table_files_and_plot(frozen: Path, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    res = runner.invoke(
-        eval_app,
-        [
-            "position",
-            "--frozen",
-            str(frozen),
-            "--generator",
-            "simulated",
-            "--lengths",
-            "10",
-            "--positions",
-            "1,5,10",
-            "--strategies",
-            "edges",
-            "--repeats",
-            "3",
-            "--out",
-            str(out),
-            "--curve",
-            "0.9 - 0.3*d",
-            "--data-dir",
-            str(tmp_path / "unused"),
-        ],
+    res = simulated_sweep(
+        frozen,
+        tmp_path,
+        *("--lengths", "10", "--positions", "1,5,10", "--strategies", "edges", "--repeats", "3"),
+        *("--out", str(out), "--curve", "0.9 - 0.3*d"),
     )
     assert res.exit_code == 0, res.output
     assert "Position sweep" in res.stdout and "position 5" in res.stdout
@@ -133,19 +105,7 @@ def test_freeze_out_then_reuse(frozen: Path, tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_have_no_traceback(frozen: Path, tmp_path: Path, extra: list[str], message: str) -> None:
-    res = runner.invoke(
-        eval_app,
-        [
-            "position",
-            "--frozen",
-            str(frozen),
-            "--generator",
-            "simulated",
-            "--data-dir",
-            str(tmp_path / "unused"),
-            *extra,
-        ],
-    )
+    res = simulated_sweep(frozen, tmp_path, *extra)
     assert res.exit_code == 1
     assert message in res.output and "Traceback" not in res.output
 

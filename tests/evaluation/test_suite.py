@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -188,23 +189,15 @@ def test_summarise_policy_counts_as_the_reference_grader() -> None:
     }
 
 
+def _suite(tmp_path: Path, suites: str, *options: str) -> Any:
+    """``rag eval suite --suites SUITES`` with a work dir and a data dir of its own under ``tmp_path``."""
+    folders = ["--work-dir", str(tmp_path / "w"), "--data-dir", str(tmp_path / "d")]
+    return runner.invoke(eval_app, ["suite", "--suites", suites, *options, *folders])
+
+
 @pytest.mark.slow
 def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
-    res = runner.invoke(
-        eval_app,
-        [
-            "suite",
-            "--suites",
-            "sample",
-            "--split",
-            "test",
-            "--work-dir",
-            str(tmp_path / "w"),
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--json",
-        ],
-    )
+    res = _suite(tmp_path, "sample", "--split", "test", "--json")
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["meta"]["split"] == "test" and data["meta"]["suites"] == ["sample"]
@@ -241,20 +234,7 @@ def test_sample_suite_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_suites_that_need_shared_data_say_so(tmp_path: Path) -> None:
-    res = runner.invoke(
-        eval_app,
-        [
-            "suite",
-            "--suites",
-            "gitlab",
-            "--shared",
-            str(tmp_path / "nowhere"),
-            "--work-dir",
-            str(tmp_path / "w"),
-            "--data-dir",
-            str(tmp_path / "d"),
-        ],
-    )
+    res = _suite(tmp_path, "gitlab", "--shared", str(tmp_path / "nowhere"))
     assert res.exit_code != 0
     assert "shared data" in res.output and "--suites sample" in res.output
 

@@ -28,8 +28,9 @@ from rag.stages.generate import (
     split_quote_answer,
     support,
 )
-from rag.types import Candidate, Chunk, Evidence, Prompt
+from rag.types import Candidate, Evidence, Prompt
 from tests.llm.fake_openai import FakeOpenAI, Reply
+from tests.stages.factories import make_chunk
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,21 +46,24 @@ PASSAGES = [
 
 
 def make_evidence(texts: list[str] = PASSAGES) -> list[Evidence]:
-    out = []
-    for n, text in enumerate(texts, 1):
-        chunk = Chunk(
-            chunk_id=f"c{n}",
-            doc_id=f"d{n}",
-            text=text,
-            source=f"policy{n}.md",
-            title=f"Policy {n}",
-            section="Rules",
-            groups=("*",),
-            doc_version="v1",
-            n_tokens=len(text.split()),
+    """Passage n of ``texts`` as chunk cN of "Policy N", section "Rules", at position n in a bundle of its own."""
+    return [
+        Evidence(
+            n=n,
+            candidate=Candidate(
+                chunk=make_chunk(
+                    text,
+                    chunk_id=f"c{n}",
+                    doc_id=f"d{n}",
+                    source=f"policy{n}.md",
+                    title=f"Policy {n}",
+                    section="Rules",
+                )
+            ),
+            bundle_id=n,
         )
-        out.append(Evidence(n=n, candidate=Candidate(chunk=chunk), bundle_id=n))
-    return out
+        for n, text in enumerate(texts, 1)
+    ]
 
 
 def make_prompt(
@@ -187,26 +191,33 @@ def test_unreachable_server_says_how_to_start_one() -> None:
     assert "rag llm serve" in info.value.hint and "unset RAG_LLM_BASE_URL" in info.value.hint
 
 
-def test_auth_error(fake: FakeOpenAI) -> None:
-    fake.queue(Reply.error(401, "bad key"))
-    with pytest.raises(GenerationError, match="rejected the API key") as info:
+@pytest.mark.parametrize(
+    ("status", "body", "message", "hints"),
+    [
+        (401, "bad key", "rejected the API key", ["RAG_LLM_API_KEY"]),
+        (
+            404,
+            "model 'nope' not found",
+            "does not know model 'fake-model'",
+            ["RAG_LLM_MODEL", "The server offers: fake-model"],
+        ),
+        (
+            400,
+            "Requested tokens exceed context window of 4096",
+            "exceed context window",
+            ["RAG_EVIDENCE_TOKEN_BUDGET"],
+        ),
+    ],
+    ids=["auth", "wrong-model-names-the-models-on-offer", "bad-request-hints-at-the-context-budget"],
+)
+def test_client_errors_say_what_to_change_and_are_not_retried(
+    fake: FakeOpenAI, status: int, body: str, message: str, hints: list[str]
+) -> None:
+    fake.queue(Reply.error(status, body))
+    with pytest.raises(GenerationError, match=message) as info:
         client_for(fake).complete(make_prompt())
-    assert "RAG_LLM_API_KEY" in info.value.hint
+    assert all(hint in info.value.hint for hint in hints)
     assert len(fake.chat_requests) == 1  # not retried
-
-
-def test_wrong_model_names_the_models_on_offer(fake: FakeOpenAI) -> None:
-    fake.queue(Reply.error(404, "model 'nope' not found"))
-    with pytest.raises(GenerationError, match="does not know model 'fake-model'") as info:
-        client_for(fake).complete(make_prompt())
-    assert "RAG_LLM_MODEL" in info.value.hint and "The server offers: fake-model" in info.value.hint
-
-
-def test_bad_request_hints_at_the_context_budget(fake: FakeOpenAI) -> None:
-    fake.queue(Reply.error(400, "Requested tokens exceed context window of 4096"))
-    with pytest.raises(GenerationError, match="exceed context window") as info:
-        client_for(fake).complete(make_prompt())
-    assert "RAG_EVIDENCE_TOKEN_BUDGET" in info.value.hint
 
 
 def test_list_models(fake: FakeOpenAI) -> None:

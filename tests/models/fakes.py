@@ -46,3 +46,16 @@ class HashEmbedder:
         return out / np.where(norms == 0, 1, norms)
 
     embed_queries = embed_passages
+
+
+class CountingEmbedder(HashEmbedder):
+    """HashEmbedder that records every text it embeds."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return HashEmbedder.embed_passages(self, texts)
+
+    embed_queries = embed_passages

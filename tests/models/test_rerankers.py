@@ -38,7 +38,7 @@ from rag.models.rerankers import (
     sentence_features,
 )
 from rag.types import Candidate
-from tests.models.fakes import PASSAGES, HashEmbedder, make_chunk
+from tests.models.fakes import PASSAGES, CountingEmbedder, HashEmbedder, make_chunk
 
 QUESTION = "How many days of parental leave do new parents get in 2024?"
 
@@ -419,19 +419,6 @@ def test_candidate_features_fill_the_sentence_columns_only_when_given() -> None:
     assert x[best, cols[3]] == 1.0  # the parental leave passage has the best sentence
     with pytest.raises(ValueError):
         candidate_features(QUESTION, cands, query_vector=qv, sentence_vectors=sv[:2])
-
-
-class CountingEmbedder(HashEmbedder):
-    """HashEmbedder that records every text it embeds."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
-        self.seen.extend(texts)
-        return HashEmbedder.embed_passages(self, texts)
-
-    embed_queries = embed_passages
 
 
 def _maxsim_model() -> FeatureModel:

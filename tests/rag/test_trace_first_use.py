@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.asking import ask_refund
+
 
 def test_ingest_ask_then_show_works_without_db_upgrade(
     tmp_path: Path, sample_data_dir: Path, sample_pdfs: Path
@@ -23,20 +25,7 @@ def test_ingest_ask_then_show_works_without_db_upgrade(
     runner = CliRunner()
     ingested = runner.invoke(app, ["ingest", str(sample_pdfs), "--data-dir", str(data_dir), "--json"])
     assert ingested.exit_code == 0, ingested.output
-    asked = runner.invoke(
-        app,
-        [
-            "ask",
-            "How many days does a customer have to return an item for a full refund?",
-            "--user",
-            "alice",
-            "--groups",
-            "staff",
-            "--data-dir",
-            str(data_dir),
-            "--json",
-        ],
-    )
+    asked = ask_refund(data_dir)
     assert asked.exit_code == 0, asked.output
     assert "traces are not being stored" not in asked.output
     answer = json.loads(asked.stdout.strip().splitlines()[-1])  # stdout stays one JSON object

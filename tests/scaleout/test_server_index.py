@@ -7,6 +7,7 @@ What embedded mode cannot show (replication, per-shard IDF, a node going away) i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import rag.stores.qdrant_server as qs
 from ingest.indexer import ingest
 from rag.config import load_settings
 from rag.errors import IndexUnavailableError, IngestError
@@ -23,17 +23,18 @@ from rag.stores.index import current_generation, index_root
 from rag.stores.qdrant_server import ServerBackend, ServerIndexWriter, collection_for, open_index_reader
 from rag.text import bm25_tokens
 from rag.types import Chunk, Principal, SearchFilter
+from tests.stores.embedded_server import SharedClient, embedded_server
 
 TODAY = date(2026, 6, 1)
 STAFF = Principal("alice", frozenset({"staff"}))
 URL = "http://qdrant-1:6333"  # never contacted: connect() is replaced by an embedded client
 
 
-class Recorder:
+class Recorder(SharedClient):
     """Forwards to a real client and records the calls that change the server; close() is left to the test."""
 
     def __init__(self, client: Any) -> None:
-        self._client = client
+        super().__init__(client)
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -52,22 +53,14 @@ class Recorder:
             return recorded
         return attr
 
-    def close(self) -> None:  # shared by writer and reader in one process, like one server
-        pass
-
     def named(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         return [(a, k) for n, a, k in self.calls if n == name]
 
 
 @pytest.fixture()
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    from qdrant_client import QdrantClient
-
-    client = QdrantClient(path=str(tmp_path / "qdrant-server"))
-    recorder = Recorder(client)
-    monkeypatch.setattr(qs, "connect", lambda settings: recorder)
-    yield recorder  # type: ignore[misc]
-    client.close()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    with embedded_server(tmp_path, monkeypatch, Recorder) as recorder:
+        yield recorder
 
 
 def make_chunks(n: int, doc: str = "doc-a") -> tuple[list[Chunk], list[list[str]], list[np.ndarray]]:

@@ -37,13 +37,50 @@ def test_parse_citation_forms(answer: str, expected: list[tuple[str, list[int]]]
     assert parse_citations(answer) == expected
 
 
-def test_parse_splits_sentences_and_keeps_markers_after_a_full_stop() -> None:
-    answer = "Refunds take 45 days. [1] Gift cards are excluded [2].\nSources: [1], [2]"
-    assert parse_citations(answer) == [
-        ("Refunds take 45 days. [1]", [1]),
-        ("Gift cards are excluded [2].", [2]),
-        ("Sources: [1], [2]", [1, 2]),
-    ]
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        pytest.param(
+            "Refunds take 45 days. [1] Gift cards are excluded [2].\nSources: [1], [2]",
+            [
+                ("Refunds take 45 days. [1]", [1]),
+                ("Gift cards are excluded [2].", [2]),
+                ("Sources: [1], [2]", [1, 2]),
+            ],
+            id="a-marker-after-a-full-stop-stays-with-its-sentence",
+        ),
+        pytest.param(  # the list style small models write: "[1] sentence" per line, not "sentence [1]"
+            "[1] Refunds take 45 days.\n[2] Gift cards are excluded.\n\nSources: [1], [2].",
+            [
+                ("[1] Refunds take 45 days.", [1]),
+                ("[2] Gift cards are excluded.", [2]),
+                ("Sources: [1], [2].", [1, 2]),
+            ],
+            id="markers-opening-a-line-cite-that-lines-sentence",
+        ),
+        pytest.param(  # on one line, a marker after a full stop still closes the sentence before it
+            "Refunds take 45 days. [1] Gift cards are excluded [2].",
+            [("Refunds take 45 days. [1]", [1]), ("Gift cards are excluded [2].", [2])],
+            id="a-marker-after-a-full-stop-closes-the-sentence-on-one-line",
+        ),
+        pytest.param(  # a quoted table row has no full stop: the line below it is another sentence
+            "L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]\n"
+            "Never tell a candidate the band maximum. [2]",
+            [
+                ("L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]", [1]),
+                ("Never tell a candidate the band maximum. [2]", [2]),
+            ],
+            id="markers-ending-a-line-end-its-sentence-without-a-full-stop",
+        ),
+        pytest.param(
+            "Refunds are paid\nwithin 45 days [1].",
+            [("Refunds are paid\nwithin 45 days [1].", [1])],
+            id="a-sentence-wrapped-over-two-lines-stays-one-sentence",
+        ),
+    ],
+)
+def test_parse_splits_sentences(answer: str, expected: list[tuple[str, list[int]]]) -> None:
+    assert parse_citations(answer) == expected
 
 
 def test_parse_keeps_numbered_list_items_whole() -> None:
@@ -171,34 +208,6 @@ def test_numbers_in_the_section_path_count_as_in_the_passage() -> None:
         "Section 4.2 excludes gift cards [1].", [Evidence(1, make_candidate(chunk), 0)]
     )
     assert citation.supported
-
-
-def test_markers_opening_a_line_cite_that_lines_sentence() -> None:
-    # the list style small models write: "[1] sentence" per line, not "sentence [1]"
-    answer = "[1] Refunds take 45 days.\n[2] Gift cards are excluded.\n\nSources: [1], [2]."
-    assert parse_citations(answer) == [
-        ("[1] Refunds take 45 days.", [1]),
-        ("[2] Gift cards are excluded.", [2]),
-        ("Sources: [1], [2].", [1, 2]),
-    ]
-    # on one line, a marker after a full stop still closes the sentence before it
-    assert parse_citations("Refunds take 45 days. [1] Gift cards are excluded [2].") == [
-        ("Refunds take 45 days. [1]", [1]),
-        ("Gift cards are excluded [2].", [2]),
-    ]
-
-
-def test_markers_ending_a_line_end_its_sentence_without_a_full_stop() -> None:
-    # a quoted table row has no full stop: the line below it is another sentence with its own citation
-    answer = "L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]\nNever tell a candidate the band maximum. [2]"
-    assert parse_citations(answer) == [
-        ("L1 Store associate, 38,000 … L4 Software engineer, 81,000 112,000 [1]", [1]),
-        ("Never tell a candidate the band maximum. [2]", [2]),
-    ]
-    # a sentence wrapped over two lines stays one sentence
-    assert parse_citations("Refunds are paid\nwithin 45 days [1].") == [
-        ("Refunds are paid\nwithin 45 days [1].", [1])
-    ]
 
 
 REFUND_EVIDENCE = [

@@ -62,40 +62,58 @@ def test_an_amount_takes_the_place_of_an_amount() -> None:
     assert s.replaced[0][:2] == ("$100", "$500")
 
 
-def test_a_condition_is_added_to_the_previous_question() -> None:
-    s = rewrite("what if it's over $500?", "Do I need approval to buy software?", embed)
-    assert s.question == "Do I need approval to buy software if it's over $500?"
-    assert s.method == "condition"
-
-
-def test_a_pointer_is_replaced_by_the_previous_subject() -> None:
-    s = rewrite("does that apply abroad?", "Can I work remotely from home?", embed)
-    assert s.method == "reference"
-    assert s.question == "Does work remotely from home apply abroad?"
-
-
-def test_a_fragment_before_a_pointing_question_is_what_it_points_at() -> None:
-    s = rewrite("and parental leave, when does that kick in?", "When can I start using paid time off?", embed)
-    assert s.question == "When does parental leave kick in?"
-    assert s.method == "reference"
-
-
-def test_a_short_question_is_asked_about_the_previous_subject() -> None:
-    s = rewrite("how far ahead do I need to ask?", "Can I work from another country for a few weeks?", embed)
-    assert s.question == "How far ahead do I need to ask (work from another country for a few weeks)?"
-    assert s.method == "addition"
+@pytest.mark.parametrize(
+    ("follow_up", "previous", "question", "method"),
+    [
+        pytest.param(
+            "what if it's over $500?",
+            "Do I need approval to buy software?",
+            "Do I need approval to buy software if it's over $500?",
+            "condition",
+            id="a-condition-is-added-to-the-previous-question",
+        ),
+        pytest.param(
+            "does that apply abroad?",
+            "Can I work remotely from home?",
+            "Does work remotely from home apply abroad?",
+            "reference",
+            id="a-pointer-is-replaced-by-the-previous-subject",
+        ),
+        pytest.param(
+            "and parental leave, when does that kick in?",
+            "When can I start using paid time off?",
+            "When does parental leave kick in?",
+            "reference",
+            id="a-fragment-before-a-pointing-question-is-what-it-points-at",
+        ),
+        pytest.param(
+            "how far ahead do I need to ask?",
+            "Can I work from another country for a few weeks?",
+            "How far ahead do I need to ask (work from another country for a few weeks)?",
+            "addition",
+            id="a-short-question-is-asked-about-the-previous-subject",
+        ),
+        pytest.param(
+            "for part-timers?",
+            "How many vacation days do I get?",
+            "How many vacation days do I get, for part-timers?",
+            "addition",
+            id="a-fragment-with-nothing-to-replace-narrows-the-previous-question",
+        ),
+    ],
+)
+def test_a_follow_up_becomes_the_question_it_stands_for(
+    follow_up: str, previous: str, question: str, method: str
+) -> None:
+    s = rewrite(follow_up, previous, embed)
+    assert s.question == question
+    assert s.method == method
 
 
 def test_a_question_of_its_own_is_searched_as_typed() -> None:
     q = "How do I enrol in the pension plan?"
     s = rewrite(q, MEALS, embed)
     assert s == Standalone(q, q, False, "self-contained", MEALS, "a question of its own")
-
-
-def test_a_fragment_with_nothing_to_replace_narrows_the_previous_question() -> None:
-    s = rewrite("for part-timers?", "How many vacation days do I get?", embed)
-    assert s.question == "How many vacation days do I get, for part-timers?"
-    assert s.method == "addition"
 
 
 def test_the_subject_leaves_out_the_question_frame() -> None:

@@ -8,40 +8,23 @@ pointed at one embedded client, so no network and no server binary are needed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import rag.stores.qdrant_server as qs
 from rag.config import load_settings
 from tests.stores.contract import Deployment, StoreContract
+from tests.stores.embedded_server import SharedClient, embedded_server
 
 URL = "http://qdrant-1:6333"  # never contacted: connect() is replaced by an embedded client
 
 
-class SharedClient:
-    """One embedded client shared by every writer and reader of a test, like one server; close() is the test's."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.fixture()
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SharedClient:
-    from qdrant_client import QdrantClient
-
-    client = QdrantClient(path=str(tmp_path / "qdrant-server"))
-    shared = SharedClient(client)
-    monkeypatch.setattr(qs, "connect", lambda settings: shared)
-    yield shared  # type: ignore[misc]
-    client.close()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SharedClient]:
+    with embedded_server(tmp_path, monkeypatch, SharedClient) as shared:
+        yield shared
 
 
 class TestServerQdrantLexical(StoreContract):

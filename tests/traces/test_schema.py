@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rag.traces import schema as ts
+from tests.asking import ask_refund
 from tests.tracestore.factories import make_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,17 +65,7 @@ def asked(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     # a batch line is {"id": ..., **the rag ask --json object}
     traces = [{k: v for k, v in row.items() if k != "id"} for row in rows]
-    single = invoke(
-        "ask",
-        "How many days does a customer have to return an item for a full refund?",
-        "--user",
-        "alice",
-        "--groups",
-        "staff",
-        "--data-dir",
-        str(data_dir),
-        "--json",
-    )
+    single = ask_refund(data_dir)
     assert single.exit_code == 0, single.output
     traces.append(json.loads(single.stdout.strip().splitlines()[-1]))
     return traces

@@ -6,11 +6,31 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 BASE_TIME = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def errors_in_threads(work: Callable[[int], None], workers: int = 4) -> list[BaseException]:
+    """Run ``work(0)`` .. ``work(workers - 1)`` in as many threads at once; what they raised."""
+    errors: list[BaseException] = []
+
+    def run(worker: int) -> None:
+        try:
+            work(worker)
+        except BaseException as exc:  # noqa: BLE001 - returned for the test to assert on
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
 
 
 def chunk(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from rag.tracestore import SessionNotFound, TraceFilter, TraceStore
-from tests.tracestore.factories import make_trace
+from tests.tracestore.factories import errors_in_threads, make_trace
 
 
 def test_sessions_and_turns(store: TraceStore) -> None:
@@ -85,21 +83,11 @@ def test_forget_fact(store: TraceStore) -> None:
 
 
 def test_concurrent_corrections_leave_one_active_fact(store: TraceStore) -> None:
-    errors: list[BaseException] = []
-
     def correct(worker: int) -> None:
-        try:
-            for i in range(10):
-                store.memory.remember("alice", "home_office", f"office-{worker}-{i}")
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
+        for i in range(10):
+            store.memory.remember("alice", "home_office", f"office-{worker}-{i}")
 
-    threads = [threading.Thread(target=correct, args=(w,)) for w in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert errors_in_threads(correct) == []
     active = store.memory.facts("alice")
     assert len(active) == 1
     history = store.memory.history("alice", "home_office")

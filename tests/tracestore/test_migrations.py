@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from rag.tracestore import TraceStore, current_revision, downgrade, upgrade
 from rag.tracestore.db import alembic_config, head_revision, make_engine
@@ -17,12 +19,32 @@ from tests.tracestore.factories import make_trace, upgrade_in_child
 MODEL_TABLES = set(Base.metadata.tables)
 
 
-def _tables(url: str) -> set[str]:
+@contextmanager
+def _connection(url: str) -> Iterator[Connection]:
+    """One connection in a transaction, its engine disposed of afterwards."""
     engine = make_engine(url)
     try:
-        return set(inspect(engine).get_table_names())
+        with engine.begin() as conn:
+            yield conn
     finally:
         engine.dispose()
+
+
+def _tables(url: str) -> set[str]:
+    with _connection(url) as conn:
+        return set(inspect(conn).get_table_names())
+
+
+def _insert_answer(url: str, trace_id: str, **flags: bool) -> None:
+    """An answers row with the columns of an earlier revision, written directly (the store checks the head)."""
+    with _connection(url) as conn:
+        conn.execute(
+            text(
+                f'INSERT INTO answers (trace_id, created_at, "user", question, {", ".join(flags)}) '
+                f"VALUES (:t, :c, 'alice', 'q?', {', '.join(':' + name for name in flags)})"
+            ),
+            {"t": trace_id, "c": "2025-03-01 09:00:00", **flags},
+        )
 
 
 def test_head_is_the_api_keys_revision() -> None:
@@ -34,18 +56,7 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
     upgrade(store_url, "0001")
     assert _tables(store_url) == MODEL_TABLES - {"feedback", "api_keys"} | {"alembic_version"}
     trace = make_trace(seed=3)
-    engine = make_engine(store_url)
-    try:  # a trace written by a 0001-era store: insert the answers row directly (the store checks the head)
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    'INSERT INTO answers (trace_id, created_at, "user", question, has_failed_citation) '
-                    "VALUES (:t, :c, 'alice', 'q?', false)"
-                ),
-                {"t": trace["trace_id"], "c": "2025-03-01 09:00:00"},
-            )
-    finally:
-        engine.dispose()
+    _insert_answer(store_url, trace["trace_id"], has_failed_citation=False)  # as a 0001-era store wrote it
     assert upgrade(store_url) == head_revision()
     with TraceStore(store_url) as store:
         assert store.traces.count() == 1
@@ -53,12 +64,8 @@ def test_feedback_migration_keeps_the_traces_of_revision_0001(store_url: str) ->
         assert store.feedback.get(trace["trace_id"])["reason"] == "outdated"
     assert downgrade(store_url, "0001") == "0001"
     assert "feedback" not in _tables(store_url)
-    engine = make_engine(store_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
-    finally:
-        engine.dispose()
+    with _connection(store_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 1
 
 
 def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str) -> None:
@@ -67,18 +74,7 @@ def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str)
     upgrade(store_url, "0002")
     assert "api_keys" not in _tables(store_url)
     old = make_trace(seed=5)
-    engine = make_engine(store_url)
-    try:  # an answer written by a 0002-era store: insert its row directly (the store checks the head)
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    'INSERT INTO answers (trace_id, created_at, "user", question, abstained, has_failed_citation) '
-                    "VALUES (:t, :c, 'alice', 'q?', true, false)"
-                ),
-                {"t": old["trace_id"], "c": "2025-03-01 09:00:00"},
-            )
-    finally:
-        engine.dispose()
+    _insert_answer(store_url, old["trace_id"], abstained=True, has_failed_citation=False)  # as 0002 wrote it
     assert upgrade(store_url) == "0003"
     with TraceStore(store_url) as store:
         assert store.analytics.channel_stats()[0]["channel"] == "unrecorded"
@@ -94,14 +90,10 @@ def test_api_keys_migration_keeps_answers_and_adds_their_channel(store_url: str)
         store.feedback.set(old["trace_id"], "alice", "down", reason="outdated")
     assert downgrade(store_url, "0002") == "0002"
     assert "api_keys" not in _tables(store_url)
-    engine = make_engine(store_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 2
-            assert conn.execute(text("SELECT count(*) FROM feedback")).scalar() == 1
-            columns = {c["name"] for c in inspect(conn).get_columns("answers")}
-    finally:
-        engine.dispose()
+    with _connection(store_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM answers")).scalar() == 2
+        assert conn.execute(text("SELECT count(*) FROM feedback")).scalar() == 1
+        columns = {c["name"] for c in inspect(conn).get_columns("answers")}
     assert "channel" not in columns
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
-import threading
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -20,7 +19,14 @@ from rag.tracestore import (
     TraceStore,
 )
 from rag.tracestore.db import make_engine, sqlite_path
-from tests.tracestore.factories import BASE_TIME, chunk, make_trace, roundtrip, write_traces_in_child
+from tests.tracestore.factories import (
+    BASE_TIME,
+    chunk,
+    errors_in_threads,
+    make_trace,
+    roundtrip,
+    write_traces_in_child,
+)
 
 
 def test_trace_comes_back_equal(store: TraceStore) -> None:
@@ -300,22 +306,12 @@ def test_concurrent_writers_lose_nothing(migrated_url: str) -> None:
 
 
 def test_concurrent_threads_share_one_store(store: TraceStore) -> None:
-    errors: list[BaseException] = []
-
     def work(worker: int) -> None:
-        try:
-            for i in range(25):
-                store.traces.save(make_trace(user=f"t{worker}", seed=10_000 * (worker + 1) + i))
-                store.traces.list(TraceFilter(user=f"t{worker}"), limit=5)
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
-            errors.append(exc)
+        for i in range(25):
+            store.traces.save(make_trace(user=f"t{worker}", seed=10_000 * (worker + 1) + i))
+            store.traces.list(TraceFilter(user=f"t{worker}"), limit=5)
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert errors_in_threads(work) == []
     assert store.traces.count() == 100
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rag.types import Principal
+
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "ui" / "app.py"
 CANARY_HR = "CANARY-HR-7731"
@@ -20,6 +22,9 @@ USERS = {
     "olga": ["staff", "admin"],
     "tom": ["staff"],
 }
+# Two of them as the query path sees them.
+ALICE = Principal("alice", frozenset(USERS["alice"]))
+HANA = Principal("hana", frozenset(USERS["hana"]))
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.ui.conftest import REPO
-from tests.ui.support import free_port
+from tests.ui.support import free_port, stop, wait_until_up
 
 OIDC_DIR = REPO / "tests" / "oidc"
 PROVIDER_SCRIPT = OIDC_DIR / "provider.mjs"
@@ -92,13 +91,7 @@ class Provider:
             assert response.status == 204, response.status
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
+        stop(self.process)
 
 
 def _answers(url: str) -> bool:
@@ -141,13 +134,15 @@ def run_provider(redirect_uri: str, log: Path, workdir: Path) -> Iterator[Provid
         f"http://127.0.0.1:{port}", client_secret, f"http://127.0.0.1:{control_port}", log, process
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (_answers(provider.metadata_url) and _control_answers(provider.control)):
-            if process.poll() is not None:
-                pytest.fail(f"the OpenID provider exited with {process.returncode}; see {log}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the OpenID provider did not come up on {provider.issuer}; see {log}")
-            time.sleep(0.2)
+        wait_until_up(
+            process,
+            lambda: _answers(provider.metadata_url) and _control_answers(provider.control),
+            "the OpenID provider",
+            provider.issuer,
+            log,
+            timeout_s=60,
+            poll_s=0.2,
+        )
         yield provider
     finally:
         provider.stop()

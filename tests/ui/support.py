@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
 import urllib.request
+from collections.abc import Callable
+
+import pytest
 
 
 def free_port() -> int:
@@ -20,3 +25,34 @@ def healthy(url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+def wait_until_up(
+    process: subprocess.Popen[bytes],
+    up: Callable[[], bool],
+    what: str,
+    where: str,
+    log: object,
+    *,
+    timeout_s: float,
+    poll_s: float,
+) -> None:
+    """Wait until ``up()``; fail the test, pointing at ``log``, when ``process`` exits first or ``timeout_s`` pass."""
+    deadline = time.monotonic() + timeout_s
+    while not up():
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited with {process.returncode}; see {log}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not come up on {where}; see {log}")
+        time.sleep(poll_s)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate ``process``; kill it when it has not exited 20 seconds later."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)

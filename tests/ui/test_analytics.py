@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from rag.config import load_settings
 from rag.tracestore import TraceFilter
-from tests.ui.conftest import APP
+from tests.ui.test_pages import open_app
 from ui import analytics
 
 QUESTIONS = [
@@ -131,14 +130,6 @@ def test_totals_rates_and_documents() -> None:
 
 
 # ----------------------------------------------------------------------------- the page
-def _open(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str) -> AppTest:
-    monkeypatch.setenv("RAG_DATA_DIR", str(data_dir))
-    at = AppTest.from_file(str(APP), default_timeout=300)
-    at.run()
-    at.selectbox(key="user_select").select(user).run()
-    return at
-
-
 SALARY_Q = "What is the salary band for a senior engineer?"
 MEALS_Q = "What is the daily meal allowance for international trips?"
 
@@ -146,14 +137,14 @@ MEALS_Q = "What is the daily meal allowance for international trips?"
 def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path) -> None:
     from rag.tracestore import TraceStore
 
-    at = _open(monkeypatch, ui_data_dir, "sam")
+    at = open_app(monkeypatch, ui_data_dir, "sam")
     at.chat_input(key="chat_input").set_value("What is the airspeed velocity of an unladen swallow?").run()
     at.chat_input(key="chat_input").set_value("How many days does a customer have to return an item?").run()
     store = TraceStore.from_settings(load_settings(data_dir=ui_data_dir))
     answered = next(r for r in store.traces.list(TraceFilter(user="sam"), limit=5) if not r["abstained"])
     store.feedback.set(answered["trace_id"], "sam", "down", reason="outdated")
     # alice (staff) asks what only hr's Salary Bands answer, and what the Travel Policy in force answers
-    at = _open(monkeypatch, ui_data_dir, "alice")
+    at = open_app(monkeypatch, ui_data_dir, "alice")
     at.chat_input(key="chat_input").set_value(SALARY_Q).run()
     at.chat_input(key="chat_input").set_value(MEALS_Q).run()
     salary = next(
@@ -162,7 +153,7 @@ def test_analytics_page_for_an_admin(monkeypatch: pytest.MonkeyPatch, ui_data_di
     assert salary["abstained"]
     stored = store.traces.count()
 
-    at = _open(monkeypatch, ui_data_dir, "olga")
+    at = open_app(monkeypatch, ui_data_dir, "olga")
     at.switch_page("views/analytics.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Analytics"]

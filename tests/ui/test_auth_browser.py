@@ -9,7 +9,6 @@ to test-artifacts/ always.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,12 +18,11 @@ import pytest
 
 from rag.tracestore import TraceFilter
 from tests.ui.conftest import CANARY_HR, CANARY_SEC, REPO
-from tests.ui.support import free_port, healthy
 from tests.ui.test_browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,
     SALARY_Q,
-    _ui_command,
+    _serve,
     chromium,  # noqa: F401  (fixture)
 )
 
@@ -70,44 +68,6 @@ def _shot(page, name: str, *, full_page: bool = False) -> None:  # type: ignore[
     page.screenshot(path=str(ARTIFACTS / name), full_page=True)
     if os.environ.get("RAG_SCREENSHOTS") == "1":
         page.screenshot(path=str(DOCS_IMAGES / name), full_page=full_page)
-
-
-@contextmanager
-def _serve(
-    data_dir: Path, mode: str, log_name: str, *, port: int | None = None, env: dict[str, str] | None = None
-) -> Iterator[str]:
-    """`rag ui` with RAG_AUTH=mode on ``port`` (a free one by default), ``env`` added to this environment."""
-    port = port or free_port()
-    env = {
-        **os.environ,
-        "RAG_DATA_DIR": str(data_dir),
-        "TQDM_DISABLE": "1",
-        "RAG_AUTH": mode,
-        **(env or {}),
-    }
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / log_name, "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        _ui_command(port, data_dir), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while not healthy(url):
-            if proc.poll() is not None:
-                pytest.fail(f"the UI server exited with {proc.returncode}; see {ARTIFACTS / log_name}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the UI server did not come up on {url}; see {ARTIFACTS / log_name}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-        log.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.ui.conftest import CANARY_HR, CANARY_SEC, REPO
-from tests.ui.support import free_port, healthy
+from tests.ui.support import free_port, healthy, stop, wait_until_up
 
 pytestmark = pytest.mark.browser
 
@@ -69,36 +69,40 @@ def _ui_command(port: int, data_dir: Path) -> list[str]:
     return streamlit_command(port)
 
 
-@pytest.fixture(scope="module")
-def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
-    port = free_port()
-    # Demo sign-in (the user picker): this module drives it; test_auth_browser.py drives proxy sign-in.
-    env = {**os.environ, "RAG_DATA_DIR": str(ui_data_dir), "TQDM_DISABLE": "1", "RAG_AUTH": "demo"}
+@contextmanager
+def _serve(
+    data_dir: Path, mode: str, log_name: str, *, port: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`rag ui` with RAG_AUTH=mode on ``port`` (a free one by default), ``env`` added to this environment."""
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "RAG_DATA_DIR": str(data_dir),
+        "TQDM_DISABLE": "1",
+        "RAG_AUTH": mode,
+        **(env or {}),
+    }
     ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "ui-server.log", "w")  # noqa: SIM115
+    log = open(ARTIFACTS / log_name, "w")  # noqa: SIM115
     proc = subprocess.Popen(
-        _ui_command(port, ui_data_dir), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        _ui_command(port, data_dir), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the UI server exited with {proc.returncode}; see {ARTIFACTS / 'ui-server.log'}")
-            if healthy(url):
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"the UI server did not come up on {url}; see {ARTIFACTS / 'ui-server.log'}")
-            time.sleep(0.5)
+        wait_until_up(
+            proc, lambda: healthy(url), "the UI server", url, ARTIFACTS / log_name, timeout_s=120, poll_s=0.5
+        )
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
+        stop(proc)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def ui_url(ui_data_dir: Path, chromium: Path) -> Iterator[str]:
+    # Demo sign-in (the user picker): this module drives it; test_auth_browser.py drives proxy sign-in.
+    with _serve(ui_data_dir, "demo", "ui-server.log") as url:
+        yield url
 
 
 @pytest.fixture
@@ -114,6 +118,7 @@ def page(chromium: Path) -> Iterator[object]:
 
 
 def _ask(page, question: str, answers_before: int) -> None:  # type: ignore[no-untyped-def]
+    """Ask in the chat box and wait until this run has ended."""
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(question)
     box.press("Enter")

@@ -10,18 +10,10 @@ from streamlit.testing.v1 import AppTest
 
 from rag.config import load_settings
 from rag.tracestore import TraceFilter
-from tests.ui.conftest import APP
+from tests.ui.test_pages import open_app
 from ui.feedback import SAVED, feedback_label
 
 REFUND_Q = "How many days does a customer have to return an item for a full refund?"
-
-
-def _open(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str) -> AppTest:
-    monkeypatch.setenv("RAG_DATA_DIR", str(data_dir))
-    at = AppTest.from_file(str(APP), default_timeout=300)
-    at.run()
-    at.selectbox(key="user_select").select(user).run()
-    return at
 
 
 def _store(data_dir: Path):  # type: ignore[no-untyped-def]
@@ -37,7 +29,7 @@ def _table(at: AppTest):  # type: ignore[no-untyped-def]
 def test_feedback_is_stored_changed_shown_and_filtered(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    at = _open(monkeypatch, ui_data_dir, "tom")
+    at = open_app(monkeypatch, ui_data_dir, "tom")
     at.chat_input(key="chat_input").set_value(REFUND_Q).run()
     at.switch_page("views/traces.py").run()
     assert not at.exception
@@ -74,7 +66,7 @@ def test_feedback_is_stored_changed_shown_and_filtered(
 
     # A fresh session shows the stored rating again.
     _store(ui_data_dir).feedback.set(tid, "tom", "down", reason="outdated")
-    at = _open(monkeypatch, ui_data_dir, "tom")
+    at = open_app(monkeypatch, ui_data_dir, "tom")
     at.switch_page("views/traces.py").run()
     at.selectbox(key="trace_open").select(tid).run()
     assert at.feedback(key=f"{base}_thumbs").value == 0
@@ -84,7 +76,7 @@ def test_feedback_is_stored_changed_shown_and_filtered(
 def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    at = _open(monkeypatch, ui_data_dir, "alice")
+    at = open_app(monkeypatch, ui_data_dir, "alice")
     at.chat_input(key="chat_input").set_value(
         "What is the airspeed velocity of an unladen swallow on Jupiter?"
     ).run()
@@ -92,7 +84,7 @@ def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
     tid = store.traces.list(TraceFilter(user="alice"), limit=1)[0]["trace_id"]
     store.feedback.set(tid, "alice", "down", reason="did_not_answer")
 
-    olga = _open(monkeypatch, ui_data_dir, "olga")
+    olga = open_app(monkeypatch, ui_data_dir, "olga")
     olga.switch_page("views/traces.py").run()
     olga.selectbox(key="trace_f_feedback").select("down").run()
     assert not olga.exception
@@ -112,7 +104,7 @@ def test_admin_sees_everyones_feedback_and_abstentions_but_cannot_rate_them(
 def test_every_chat_answer_has_the_thumbs_and_they_store(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    at = _open(monkeypatch, ui_data_dir, "hana")
+    at = open_app(monkeypatch, ui_data_dir, "hana")
     at.chat_input(key="chat_input").set_value(REFUND_Q).run()
     at.chat_input(key="chat_input").set_value("And are gift cards refundable?").run()
     assert not at.exception

@@ -7,6 +7,7 @@ from datetime import date
 from typing import Any
 
 from rag.types import Chunk, Principal
+from tests.ui.conftest import ALICE, HANA
 from ui.first_screen import (
     Policy,
     askable_policies,
@@ -17,8 +18,6 @@ from ui.first_screen import (
 )
 from ui.views.chat import too_long
 
-ALICE = Principal("alice", frozenset({"staff"}))
-HANA = Principal("hana", frozenset({"staff", "hr"}))
 TODAY = date(2026, 6, 1)
 
 

@@ -30,7 +30,8 @@ from tests.ui.conftest import CANARY_HR, CANARY_SEC
 from tests.ui.oidc_provider import ATTACKS, USERS, Provider, run_provider, write_secrets
 from tests.ui.support import free_port
 from tests.ui.test_auth_browser import VIEWPORT, _serve, _shot, browser  # noqa: F401  (fixture)
-from tests.ui.test_browser import ANSWER_TIMEOUT_MS, ARTIFACTS, SALARY_Q, chromium  # noqa: F401  (fixture)
+from tests.ui.test_browser import ARTIFACTS, SALARY_Q, chromium  # noqa: F401  (fixture)
+from tests.ui.test_browser import _ask as _ask_until_done
 from ui.oidc import MESSAGES
 from ui.sources import NOT_AVAILABLE
 
@@ -164,16 +165,7 @@ def _in_force_for(data_dir: Path, groups: frozenset[str]) -> set[str]:
 def _ask(page, question: str) -> str:  # type: ignore[no-untyped-def]
     """Ask in the chat box; the answer's text once the run has ended."""
     before = page.locator(".rag-answer").count()
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill(question)
-    box.press("Enter")
-    page.wait_for_function(
-        f"document.querySelectorAll('.rag-answer').length > {before}", timeout=ANSWER_TIMEOUT_MS
-    )
-    page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000
-    )
-    page.wait_for_timeout(1500)
+    _ask_until_done(page, question, before)
     return str(page.locator(".rag-answer").nth(before).inner_text())
 
 

@@ -37,6 +37,14 @@ def ask(at: AppTest, text: str) -> AppTest:
     return at.chat_input(key="chat_input").set_value(text).run()
 
 
+def answered(monkeypatch: pytest.MonkeyPatch, data_dir: Path, user: str, question: str) -> AppTest:
+    """The app opened as ``user`` once the chat has answered ``question``, with no exception or error shown."""
+    at = open_app(monkeypatch, data_dir, user)
+    ask(at, question)
+    assert_clean(at)
+    return at
+
+
 def sent(at: AppTest) -> bytes:
     """Everything the script sent to the browser (texts, HTML, tables, popovers, tabs): the protobuf bytes."""
     return b"".join(
@@ -128,9 +136,7 @@ def test_broken_user_list_is_a_message_not_a_traceback(
 def test_chat_answer_with_citations_beside_the_final_chunk_order(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    at = open_app(monkeypatch, ui_data_dir, "alice")
-    ask(at, REFUND_Q)
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "alice", REFUND_Q)
     body = html_bodies(at)
     assert "45 days" in body
     assert 'class="rag-cite' in body and "rag-tip" in body  # [n] reveals the passage on hover or click
@@ -185,9 +191,7 @@ def test_chat_never_shows_a_restricted_canary(monkeypatch: pytest.MonkeyPatch, u
     assert "Salary Bands" not in html_bodies(at)
 
     # Positive control: hana (group hr) may read the salary bands, and the same check sees them.
-    at = open_app(monkeypatch, ui_data_dir, "hana")
-    ask(at, SALARY_Q)
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "hana", SALARY_Q)
     assert b"Salary Bands" in sent(at)
 
 
@@ -221,9 +225,7 @@ def test_memory_facts_are_stored_replaced_and_used(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
     store = store_for(ui_data_dir)
-    at = open_app(monkeypatch, ui_data_dir, "tom")
-    ask(at, "Remember that I work part-time")
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "tom", "Remember that I work part-time")
     assert any("I'll remember" in m.value for m in at.markdown)
     assert [(f["key"], f["value"]) for f in store.memory.facts("tom")] == [("employment", "I work part-time")]
 
@@ -442,9 +444,7 @@ def test_evaluation_page_runs_saves_and_loads_a_sweep(
 def test_a_reopened_conversation_brings_each_answers_trace(
     monkeypatch: pytest.MonkeyPatch, ui_data_dir: Path
 ) -> None:
-    at = open_app(monkeypatch, ui_data_dir, "sam")
-    ask(at, REFUND_Q)
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "sam", REFUND_Q)
     session = at.session_state["chat_session_id"]
     at.button(key="chat_new").click().run()
     assert not at.chat_message

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from tests.ui.test_auth_browser import (  # noqa: F401  (fixture)
     _shot,
     browser,
 )
-from tests.ui.test_browser import ANSWER_TIMEOUT_MS, ARTIFACTS, chromium  # noqa: F401  (fixture)
+from tests.ui.test_browser import ARTIFACTS, _ask, chromium  # noqa: F401  (fixture)
 from ui.sources import NOT_AVAILABLE
 
 pytestmark = pytest.mark.browser
@@ -52,19 +53,6 @@ def _salary_doc_id(data_dir: Path) -> str:
     return next(d for d, doc in documents.items() if doc.get("title") == "Salary Bands")
 
 
-def _answer(page, question: str, before: int) -> None:  # type: ignore[no-untyped-def]
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill(question)
-    box.press("Enter")
-    page.wait_for_function(
-        f"document.querySelectorAll('.rag-answer').length > {before}", timeout=ANSWER_TIMEOUT_MS
-    )
-    page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"] button')", timeout=60_000
-    )
-    page.wait_for_timeout(1500)
-
-
 COLD_START_OBSERVER = """
 new MutationObserver((_, observer) => {
   if (document.body && document.body.innerText.includes('Loading the models')) {
@@ -75,6 +63,21 @@ new MutationObserver((_, observer) => {
   }
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
+
+
+@contextmanager
+def _first_answer(browser, headers: dict[str, str], viewport: dict[str, int], url: str, question: str):  # type: ignore[no-untyped-def] # noqa: F811
+    """A page in a browser context of its own at ``viewport``, signed in by ``headers``, once the chat has
+    answered ``question``; the context is closed afterwards."""
+    context = browser.new_context(viewport=viewport, extra_http_headers=headers)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
+        _ask(page, question, 0)
+        yield page
+    finally:
+        context.close()
 
 
 def test_cold_start_shows_the_chat_box_and_a_loading_banner(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
@@ -129,13 +132,8 @@ def _source_shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=HANA)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        # Parental leave is section 4 of the leave policy, in the lower part of its page.
-        _answer(page, LEAVE_Q, 0)
+    # Parental leave is section 4 of the leave policy, in the lower part of its page.
+    with _first_answer(browser, HANA, {"width": 1280, "height": 900}, url, LEAVE_Q) as page:
         assert "18 weeks" in page.locator(".rag-answer").first.inner_text()
         dialog = _open_source(page, "Leave Policy")
         page.wait_for_function(
@@ -168,7 +166,7 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
         dialog.wait_for(state="hidden", timeout=10_000)
 
         # The hr-only salary bands: "Open the PDF at page 1" is served to hana, its owner.
-        _answer(page, TABLE_Q, 1)
+        _ask(page, TABLE_Q, 1)
         answer = page.locator(".rag-answer").nth(1).inner_text()
         assert "L5 Senior software engineer" in answer and "147,000" in answer, answer
         assert "sets the salary band" not in answer
@@ -180,13 +178,11 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
         assert href.startswith("/api/source/") and href.endswith("#page=1"), href
         assert link.get_attribute("target") == "_blank"
         assert dialog.get_by_text("Download salary-bands.pdf").count() == 1
-        served = context.request.get(url + href.split("#")[0])
+        served = page.context.request.get(url + href.split("#")[0])
         assert served.status == 200 and served.headers["content-type"] == "application/pdf"
         assert served.body().startswith(b"%PDF") and served.headers["content-disposition"].startswith(
             "inline"
         )
-    finally:
-        context.close()
 
     # Refused to an outsider who has the very same address (pasted, not made for her), and to her variants of it.
     with _page(browser, ALICE) as page:
@@ -205,12 +201,7 @@ def test_the_citation_dialog_opens_wide_at_the_highlighted_passage(url: str, bro
 
 
 def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 420, "height": 860}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": 420, "height": 860}, url, REFUND_Q) as page:
         dialog = _open_source(page, "Customer Refunds")
         quote = dialog.locator(".rag-quote")
         quote.wait_for(state="visible", timeout=60_000)
@@ -226,13 +217,13 @@ def test_at_420_px_the_dialog_shows_the_passage_as_text(url: str, browser, ui_da
         assert href.endswith("#page=1"), href
         _source_shot(page, "ui-source-dialog-420.png")
         # Her own link opens her document; the same link with the salary bands' id in it does not.
-        own = context.request.get(url + href.split("#")[0])
+        own = page.context.request.get(url + href.split("#")[0])
         assert own.status == 200 and own.body().startswith(b"%PDF")
         doc_id = href.split("/api/source/", 1)[1].split("?", 1)[0]
-        swapped = context.request.get(url + href.split("#")[0].replace(doc_id, _salary_doc_id(ui_data_dir)))
+        swapped = page.context.request.get(
+            url + href.split("#")[0].replace(doc_id, _salary_doc_id(ui_data_dir))
+        )
         assert swapped.status == 403 and not swapped.body().startswith(b"%PDF")
-    finally:
-        context.close()
 
 
 def test_a_restricted_document_is_refused_on_direct_request(url: str, browser, ui_data_dir: Path) -> None:  # type: ignore[no-untyped-def] # noqa: F811
@@ -271,7 +262,7 @@ def test_bad_input_length_limit_and_brackets(url: str, browser, ui_data_dir: Pat
         assert page.locator(".rag-answer").count() == 0
         _shot(page, "ui-too-long.png")
         # "[3]" typed by the user is not a citation, also when the refusal repeats the question.
-        _answer(page, "Can I bring my dog [3] to the office on Jupiter?", 0)
+        _ask(page, "Can I bring my dog [3] to the office on Jupiter?", 0)
         assert page.locator(".rag-cite.bad").count() == 0
         assert "failed the check" not in page.locator("body").inner_text()
         _shot(page, "ui-brackets.png")
@@ -279,12 +270,7 @@ def test_bad_input_length_limit_and_brackets(url: str, browser, ui_data_dir: Pat
 
 @pytest.mark.parametrize(("width", "height"), [(1280, 900), (420, 860)])
 def test_citation_previews_stay_inside_the_window(url: str, browser, width: int, height: int) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": width, "height": height}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": width, "height": height}, url, REFUND_Q) as page:
         cites = page.locator(".rag-cite")
         assert cites.count() >= 1
         bottom = page.get_by_test_id("stBottom").bounding_box()
@@ -312,17 +298,10 @@ def test_citation_previews_stay_inside_the_window(url: str, browser, width: int,
                 if width < 640:
                     _shot(page, "ui-chat-420.png")
             page.mouse.click(2, height // 2)  # away: the pop-up goes
-    finally:
-        context.close()
 
 
 def test_employee_view_and_the_evidence_panel_at_1280_px(url: str, browser) -> None:  # type: ignore[no-untyped-def] # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=ALICE)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.get_by_test_id("stChatInputTextArea").wait_for(timeout=180_000)
-        _answer(page, REFUND_Q, 0)
+    with _first_answer(browser, ALICE, {"width": 1280, "height": 900}, url, REFUND_Q) as page:
         assert "45 days" in page.locator(".rag-answer").first.inner_text()
         assert "threshold" not in page.locator("body").inner_text()
         _shot(page, "chat.png")  # the README's first screenshot: the employee view
@@ -333,5 +312,3 @@ def test_employee_view_and_the_evidence_panel_at_1280_px(url: str, browser) -> N
         box = table.bounding_box()
         assert box and box["x"] + box["width"] <= 1280, box
         _shot(page, "ui-chat-evidence.png")
-    finally:
-        context.close()

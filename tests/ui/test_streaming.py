@@ -17,7 +17,7 @@ import pytest
 
 from rag.tracestore import TraceFilter
 from tests.ui.support import free_port
-from tests.ui.test_pages import REFUND_Q, ask, assert_clean, html_bodies, open_app, store_for
+from tests.ui.test_pages import REFUND_Q, answered, ask, html_bodies, open_app, store_for
 
 ANSWER_PARTS = [
     "Customers may return items ",
@@ -106,9 +106,7 @@ def test_answer_streams_from_the_llm(
 ) -> None:
     monkeypatch.setenv("RAG_LLM_BASE_URL", fake_llm)
     monkeypatch.setenv("RAG_LLM_MODEL", "fake-llm")
-    at = open_app(monkeypatch, ui_data_dir, "alice")
-    ask(at, REFUND_Q)
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "alice", REFUND_Q)
     assert FakeChatServer.requests and FakeChatServer.requests[-1]["stream"] is True
     assert "45 days" in html_bodies(at) and 'class="rag-cite' in html_bodies(at)
     store = store_for(ui_data_dir)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.types import Principal
-from tests.ui.test_pages import ask, assert_clean, goto, open_app, sent
+from tests.ui.conftest import ALICE, HANA
+from tests.ui.test_pages import answered, assert_clean, goto, open_app, sent
 from ui.sources import (
     NOT_AVAILABLE,
     highlighted_html,
@@ -20,8 +20,6 @@ from ui.sources import (
 )
 from ui.views.chat import conversation_json, conversation_markdown, distinct_title, too_long
 
-ALICE = Principal("alice", frozenset({"staff"}))
-HANA = Principal("hana", frozenset({"staff", "hr"}))
 SAMPLE = Path(__file__).resolve().parents[2] / "ingest" / "sample" / "pdfs"
 DOCS = {
     "salary": {
@@ -145,9 +143,7 @@ def test_a_cited_source_opens_in_a_dialog_at_the_passage(
 ) -> None:
     from ui import serving
 
-    at = open_app(monkeypatch, ui_data_dir, "hana")
-    ask(at, "What is the salary band for a senior engineer?")
-    assert_clean(at)
+    at = answered(monkeypatch, ui_data_dir, "hana", "What is the salary band for a senior engineer?")
     (button,) = [b for b in at.button if str(b.key or "").startswith("src_")]
     assert button.label.startswith("\\[") and "Salary Bands" in button.label
     button.click().run()

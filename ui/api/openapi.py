@@ -7,15 +7,14 @@ schema, rag/traces/schema.py), served at ``GET /v1/openapi.json`` and checked in
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from rag.cli_support import write_or_check
 from rag.traces import schema as ts
 from ui.api import schemas as s
 
@@ -187,24 +186,8 @@ def document_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ui.api.openapi", description="Write or check docs/openapi.json."
-    )
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="(re)generate the document")
-    action.add_argument("--check", action="store_true", help="exit 1 when the committed file is stale")
-    args = parser.parse_args(argv)
-    expected = document_text()
-    if args.write:
-        DOC_PATH.write_text(expected, encoding="utf-8")
-        print(f"wrote {DOC_PATH}")
-        return 0
-    current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else None
-    if current != expected:
-        print(f"{DOC_PATH} is stale: run `python -m ui.api.openapi --write`", file=sys.stderr)
-        return 1
-    print(f"{DOC_PATH} is up to date")
-    return 0
+    """Write or check docs/openapi.json."""
+    return write_or_check(argv, "ui.api.openapi", DOC_PATH, document_text, "is stale")
 
 
 if __name__ == "__main__":

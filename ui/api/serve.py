@@ -12,9 +12,8 @@ from typing import Annotated
 
 import typer
 
-from rag.cli_support import DataDir
+from rag.cli_support import DataDir, or_exit
 from rag.config import load_settings
-from rag.errors import RagError
 
 
 def serve_command(
@@ -30,11 +29,7 @@ def serve_command(
     data_dir: DataDir = None,
 ) -> None:
     """Serve the OpenAI-compatible API alone (docs/api.md): POST /v1/chat/completions, GET /v1/models, ..."""
-    try:
-        settings = load_settings(data_dir=data_dir)
-    except RagError as exc:
-        typer.echo(f"Error: {exc.user_message()}", err=True)
-        raise typer.Exit(1) from None
+    settings = or_exit(lambda: load_settings(data_dir=data_dir))
     import uvicorn
     from streamlit import config
 

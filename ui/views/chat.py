@@ -138,27 +138,26 @@ def _sidebar(store: Any, principal: Principal) -> None:
             st.session_state[MESSAGES] = []
             st.session_state["chat_reopen"] = ""
         if _messages():
-            cols = st.columns(2)
-            cols[0].download_button(
-                "Markdown",
-                conversation_markdown(_messages()),
-                file_name="conversation.md",
-                mime="text/markdown",
-                icon=":material/download:",
-                key="chat_export_md",
-                on_click="ignore",
-                help="This conversation with each answer's citations",
-            )
-            cols[1].download_button(
-                "JSON",
-                json.dumps(conversation_json(_messages()), indent=2, ensure_ascii=False),
-                file_name="conversation.json",
-                mime="application/json",
-                icon=":material/download:",
-                key="chat_export_json",
-                on_click="ignore",
-                help="This conversation with each answer's citations",
-            )
+            exports = [
+                ("Markdown", conversation_markdown(_messages()), "md", "text/markdown"),
+                (
+                    "JSON",
+                    json.dumps(conversation_json(_messages()), indent=2, ensure_ascii=False),
+                    "json",
+                    "application/json",
+                ),
+            ]
+            for col, (label, data, ext, mime) in zip(st.columns(2), exports, strict=True):
+                col.download_button(
+                    label,
+                    data,
+                    file_name=f"conversation.{ext}",
+                    mime=mime,
+                    icon=":material/download:",
+                    key=f"chat_export_{ext}",
+                    on_click="ignore",
+                    help="This conversation with each answer's citations",
+                )
         if store is None:
             return
         if not store.sessions.list(principal.user, limit=1):

@@ -26,6 +26,8 @@ from rag.traces.sweeps import SweepResult, load_sweep, sweep_figure
 from ui import components, services
 
 RESULT = "eval_result"
+# The rates (shown to three decimals) and the columns of a sweep's cells the page shows, label first.
+RATE_COLUMNS = ("accuracy", "ci_low", "ci_high", "strict_accuracy", "citation_accuracy", "abstention_rate")
 CELL_COLUMNS = [
     "label",
     "kind",
@@ -34,12 +36,7 @@ CELL_COLUMNS = [
     "depth",
     "position",
     "n",
-    "accuracy",
-    "ci_low",
-    "ci_high",
-    "strict_accuracy",
-    "citation_accuracy",
-    "abstention_rate",
+    *RATE_COLUMNS,
     "prompt_tokens",
     "latency_ms",
     "errors",
@@ -77,18 +74,7 @@ def _show(result: SweepResult) -> None:
     st.dataframe(
         cells[[c for c in CELL_COLUMNS if c in cells.columns]],
         hide_index=True,
-        column_config={
-            c: st.column_config.NumberColumn(format="%.3f")
-            for c in (
-                "accuracy",
-                "ci_low",
-                "ci_high",
-                "strict_accuracy",
-                "citation_accuracy",
-                "abstention_rate",
-                "depth",
-            )
-        },
+        column_config={c: st.column_config.NumberColumn(format="%.3f") for c in (*RATE_COLUMNS, "depth")},
     )
     if result.comparisons:
         st.markdown("**Paired comparisons** (same questions and repeats)")

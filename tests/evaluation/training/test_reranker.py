@@ -6,12 +6,13 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from rag.models.rerankers import FEATURE_NAMES, FeatureModel
-from tests.models.fakes import PASSAGES, HashEmbedder, make_chunk
+from tests.models.fakes import PASSAGES, CountingEmbedder, HashEmbedder, make_chunk
 
 
 def test_training_metrics_and_fusion() -> None:
@@ -74,38 +75,34 @@ def _write_tiny_datasets(root: Path) -> None:
         f.write("\n".join(json.dumps(x) for x in nq) + "\n")
 
 
-class ReadingFake(HashEmbedder):
+class ReadingFake(CountingEmbedder):
     """A second hashed encoder, with another name and its own texts seen: the reading encoder's stand-in."""
 
     name = "reading-fake"
 
-    def __init__(self) -> None:
-        self.seen: list[str] = []
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
-        self.seen.extend(texts)
-        return HashEmbedder.embed_passages(self, texts)
-
-    embed_queries = embed_passages
-
-
-def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
+def _train(tmp_path: Path, reading: ReadingFake, **options: Any) -> Any:
+    """``train`` on the tiny datasets under ``tmp_path``, hashed embedders, one L2 value and two folds."""
     from evaluation.training.reranker import train
 
-    _write_tiny_datasets(tmp_path / "data")
-    out = tmp_path / "model.json"
-    logs: list[str] = []
-    reading = ReadingFake()
-    model, report = train(
+    options = {"out": None, "log": lambda _: None, **options}
+    return train(
         data_dir=tmp_path / "data",
         cache_dir=tmp_path / "cache",
-        out=out,
         embedder=HashEmbedder(),
         reading_encoder=reading,
         l2_grid=(1e-2,),
         folds=2,
-        log=logs.append,
+        **options,
     )
+
+
+def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
+    _write_tiny_datasets(tmp_path / "data")
+    out = tmp_path / "model.json"
+    logs: list[str] = []
+    reading = ReadingFake()
+    model, report = _train(tmp_path, reading, out=out, log=logs.append)
     loaded = FeatureModel.load(out)
     assert loaded.name == "features-v3" and loaded.uses_sentences and loaded.uses_reading
     assert loaded.features == FEATURE_NAMES and np.allclose(loaded.weights, model.weights, atol=1e-6)
@@ -131,37 +128,17 @@ def test_train_end_to_end_on_tiny_synthetic_data(tmp_path: Path) -> None:
     assert any(": " in t and t.split(": ", 1)[0].startswith("term") for t in reading.seen)
     # rerunning reproduces the weights exactly (from the cache: nothing embedded again)
     reading.seen.clear()
-    again, _ = train(
-        data_dir=tmp_path / "data",
-        cache_dir=tmp_path / "cache",
-        out=None,
-        embedder=HashEmbedder(),
-        reading_encoder=reading,
-        l2_grid=(1e-2,),
-        folds=2,
-        log=lambda _: None,
-    )
+    again, _ = _train(tmp_path, reading)
     assert np.array_equal(again.weights, model.weights) and again.abstain_threshold == model.abstain_threshold
     assert reading.seen == []
 
 
 def test_train_an_earlier_feature_set_reads_no_reading_vectors(tmp_path: Path) -> None:
-    from evaluation.training.reranker import MODEL_FEATURES, train
+    from evaluation.training.reranker import MODEL_FEATURES
 
     _write_tiny_datasets(tmp_path / "data")
     reading = ReadingFake()
-    model, report = train(
-        data_dir=tmp_path / "data",
-        cache_dir=tmp_path / "cache",
-        out=None,
-        features=MODEL_FEATURES["features-v2"],
-        name="features-v2",
-        embedder=HashEmbedder(),
-        reading_encoder=reading,
-        l2_grid=(1e-2,),
-        folds=2,
-        log=lambda _: None,
-    )
+    model, report = _train(tmp_path, reading, features=MODEL_FEATURES["features-v2"], name="features-v2")
     assert model.features == MODEL_FEATURES["features-v2"] and not model.uses_reading
     assert "reading_model" not in model.meta and reading.seen == []
     assert set(report["cv_ablation_ndcg@10"]) == {"without sentence features"}
