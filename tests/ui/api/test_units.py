@@ -72,7 +72,7 @@ def test_the_reply_is_the_answer_then_its_label_and_a_readable_sources_block() -
         "\u201cGift cards are not refundable.\u201d\n"
         "[2] Leave (v2), pp. 1-3"
     )
-    assert rag.traces.status == "checked" and rag.verified and rag.label == "Citations checked"
+    assert rag.status == "checked" and rag.verified and rag.label == "Citations checked"
     assert (
         [s.n for s in rag.sources] == [1, 2] and rag.sources[1].url is None and rag.sources[1].quote is None
     )
@@ -86,7 +86,7 @@ def test_a_refusal_says_where_to_ask_and_lists_no_sources() -> None:
     assert text.startswith("I can't answer this")
     assert "No answer in your policies. You can ask the People Team, or rephrase" in text
     assert "Sources:" not in text and rag.sources == [] and rag.contact == "the People Team"
-    assert rag.traces.status == "abstained" and not rag.stored
+    assert rag.status == "abstained" and not rag.stored
 
 
 def test_a_partial_answer_a_rewritten_follow_up_and_a_failed_llm_read_as_in_the_chat() -> None:
@@ -100,7 +100,7 @@ def test_a_partial_answer_a_rewritten_follow_up_and_a_failed_llm_read_as_in_the_
     footer = text.split("\n\n---\n", 1)[1]
     assert footer.startswith("Searched for: Can gift cards be refunded?\nAnswers only part of the question\n")
     assert "The language model failed, so this answer quotes the policies directly: timeout" in footer
-    assert rag.searched_for == "Can gift cards be refunded?" and rag.traces.status == "partial"
+    assert rag.searched_for == "Can gift cards be refunded?" and rag.status == "partial"
 
 
 def test_a_conversation_comes_back_as_the_chat_page_keeps_it() -> None:
