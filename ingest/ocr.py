@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -295,12 +296,17 @@ def _tesseract_lines(image: Any, languages: str) -> list[Line]:
 
     # pages run in parallel, one core each: tesseract's OpenMP threads would oversubscribe the cores
     library_defaults({"OMP_THREAD_LIMIT": "1"})
-    try:
-        data = pytesseract.image_to_data(
-            image, lang=languages, config=TESSERACT_CONFIG, output_type=pytesseract.Output.DICT
-        )
-    except pytesseract.TesseractNotFoundError as exc:
-        raise OcrUnavailable("the tesseract program is not installed.") from exc
+    # handed over as an uncompressed PGM file: given the image, pytesseract writes a zlib-compressed PNG first,
+    # 0.4 s of a page's 2.4 s here, for the same pixels and the same words
+    with tempfile.TemporaryDirectory(prefix="rag-ocr-") as folder:
+        page_file = Path(folder) / "page.pgm"
+        image.convert("L").save(page_file)
+        try:
+            data = pytesseract.image_to_data(
+                str(page_file), lang=languages, config=TESSERACT_CONFIG, output_type=pytesseract.Output.DICT
+            )
+        except pytesseract.TesseractNotFoundError as exc:
+            raise OcrUnavailable("the tesseract program is not installed.") from exc
     width, height = image.size
     lines: dict[tuple[int, int, int], list[Word]] = {}
     for i, text in enumerate(data["text"]):
